@@ -1,0 +1,100 @@
+"""Topology.from_comm and its communicators, under mpiexec at any world size.
+
+Every test makes all its MPI calls first and asserts afterwards, so a failed
+assert on one rank never leaves the others waiting in a collective.
+"""
+
+import pytest
+from mpi4py import MPI
+
+from zipcoll.topologies import GRID_ENV, RANKS_PER_NODE_ENV, Topology
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    monkeypatch.delenv(RANKS_PER_NODE_ENV, raising=False)
+    monkeypatch.delenv(GRID_ENV, raising=False)
+
+
+def comm_sizes(make_comms):
+    """The sizes and ranks of the two communicators make_comms(COMM) returns, which are then freed."""
+    comms = make_comms(COMM)
+    try:
+        return [(c.Get_size(), c.Get_rank()) for c in comms]
+    finally:
+        for c in comms:
+            c.Free()
+
+
+@pytest.mark.mpi
+def test_one_node_by_default():
+    topo = Topology.from_comm(COMM)
+    sizes = comm_sizes(topo.split)
+    assert (topo.size, topo.rank, topo.num_nodes) == (SIZE, RANK, 1)  # one machine here
+    assert topo.local_peers() == list(range(SIZE)) and topo.local_rank == RANK
+    assert sizes == [(SIZE, RANK), (1, 0)]
+
+
+@pytest.mark.mpi
+def test_ranks_per_node():
+    topo = Topology.from_comm(COMM, ranks_per_node=2)
+    sizes = comm_sizes(topo.split)
+    assert topo.num_nodes == (SIZE + 1) // 2
+    assert topo == Topology.from_layout(SIZE, RANK, ranks_per_node=2)
+    intra_size = min(2, SIZE - RANK // 2 * 2)
+    inter_size = len(range(RANK % 2, SIZE, 2))
+    assert sizes == [(intra_size, RANK % 2), (inter_size, RANK // 2)]
+
+
+@pytest.mark.mpi
+def test_environment(monkeypatch):
+    monkeypatch.setenv(RANKS_PER_NODE_ENV, "1")
+    by_env = Topology.from_comm(COMM)
+    by_arg = Topology.from_comm(COMM, ranks_per_node=2)  # an argument beats the variable
+    assert by_env.num_nodes == SIZE and by_env.leaders() == list(range(SIZE))
+    assert by_arg.num_nodes == (SIZE + 1) // 2
+
+
+@pytest.mark.mpi
+def test_grid():
+    if SIZE != 4:
+        pytest.skip("grid=(2, 2) needs 4 ranks")
+    topo = Topology.from_comm(COMM, grid=(2, 2))
+    sizes = comm_sizes(topo.grid_comms)
+    assert topo.row() == [RANK // 2 * 2, RANK // 2 * 2 + 1] and topo.column() == [RANK % 2, RANK % 2 + 2]
+    assert sizes == [(2, RANK % 2), (2, RANK // 2)]
+
+
+@pytest.mark.mpi
+def test_grid_from_environment(monkeypatch):
+    monkeypatch.setenv(GRID_ENV, f"1x{SIZE}")
+    topo = Topology.from_comm(COMM)
+    sizes = comm_sizes(topo.grid_comms)
+    assert topo.grid == (1, SIZE)
+    assert sizes == [(1, 0), (SIZE, RANK)]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kwargs, env, message", [
+    ({"grid": (SIZE + 1, 1)}, {}, "places for"),
+    ({}, {GRID_ENV: "2by2"}, GRID_ENV),
+    ({}, {RANKS_PER_NODE_ENV: "0"}, RANKS_PER_NODE_ENV),
+    ({"ranks_per_node": 0}, {}, "at least 1"),
+])
+def test_errors_on_every_rank(monkeypatch, kwargs, env, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        Topology.from_comm(COMM, **kwargs)
+
+
+@pytest.mark.mpi
+def test_ranks_that_disagree_all_raise(monkeypatch):
+    if SIZE == 1:
+        pytest.skip("needs two ranks to disagree")
+    monkeypatch.setenv(RANKS_PER_NODE_ENV, "1" if RANK == 0 else "2")
+    with pytest.raises(ValueError, match="ranks disagree"):
+        Topology.from_comm(COMM)
