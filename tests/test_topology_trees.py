@@ -136,3 +136,15 @@ def test_recursive_halving_partners(size):
 def test_rank_out_of_range(call, args):
     with pytest.raises(ValueError, match="not in range|at least 1"):
         call(*args)
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 13])
+def test_recursive_halving_block_ownership(size):
+    """Keeping the lower half when the lower new rank leaves new rank j with block j of pof2."""
+    pof2 = pof2_fold(0, size).pof2
+    for r in range(size):
+        new_rank, (lo, hi) = pof2_fold(r, size).new_rank, (0, pof2)
+        for p in recursive_halving_partners(r, size):
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if new_rank < pof2_fold(p, size).new_rank else (mid, hi)
+        assert new_rank is None or (lo, hi) == (new_rank, new_rank + 1)
