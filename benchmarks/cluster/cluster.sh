@@ -12,11 +12,12 @@
 # See README.md next to this file.
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+HERE="$(cd "${BASH_SOURCE[0]%/*}" && pwd)"   # no dirname: usable with a bare PATH
 PREFIX="${ZC_PREFIX:-zc}"
 STATE_DIR="${ZC_STATE_DIR:-/run/zipcoll-cluster-$PREFIX}"
 SUBNET="${ZC_SUBNET:-198.18.0}"        # benchmarking range 198.18.0.0/15 only
 NETMASK=24
+[[ $SUBNET =~ ^198\.1[89]\.[0-9]{1,3}$ ]] || { echo "cluster.sh: ZC_SUBNET must lie in 198.18.0.0/15" >&2; exit 1; }
 BRIDGE_NS="$PREFIX-br"
 NODE_IF="${PREFIX}0"                   # same name in every node, for btl_tcp_if_include
 
@@ -27,7 +28,7 @@ node_ns() { echo "$PREFIX-node$1"; }
 node_addr() { echo "$SUBNET.$(($1 + 1))"; }
 
 require_root_tools() {
-    [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces, tc)"
+    ((EUID == 0)) || die "must run as root (network namespaces, tc)"
     local tool
     for tool in ip tc unshare; do
         command -v "$tool" >/dev/null || die "'$tool' not found (needs iproute2/util-linux)"
@@ -122,7 +123,7 @@ cmd_up() {
     done
     [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || die "up: need a node count N (1..200)"
     require_root_tools
-    [[ $rate == none ]] || burst=${burst:-$(default_burst "$rate")}
+    [[ $rate == none ]] || { rate_bps "$rate" >/dev/null; burst=${burst:-$(default_burst "$rate")}; }
     cmd_down >/dev/null 2>&1 || true           # idempotent: clear any previous or half-made cluster
     trap 'log "up failed; cleaning up"; cmd_down >/dev/null 2>&1' ERR
     make_bridge
@@ -154,7 +155,7 @@ kill_ns_pids() {
 }
 
 cmd_down() {
-    [[ $(id -u) -eq 0 ]] || die "must run as root"
+    ((EUID == 0)) || die "must run as root"
     local ns removed=0
     for ns in $(our_namespaces); do
         kill_ns_pids "$ns"
@@ -229,6 +230,8 @@ cmd_run() {
         "${exports[@]}" -x ZC_STATE_DIR "${extra[@]}" "$@"
 }
 
+usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
 main() {
     local sub=${1:-}
     (($#)) && shift
@@ -237,7 +240,8 @@ main() {
         down) require_root_tools; cmd_down ;;
         run) require_root_tools; cmd_run "$@" ;;
         status) cmd_status ;;
-        *) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ $sub == -h || $sub == --help ]] ;;
+        -h | --help) usage ;;
+        *) usage; die "unknown subcommand '$sub'" ;;
     esac
 }
 
