@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces the link and Allreduce figures of README.md (root; leaves no cluster up).
-#   benchmarks/cluster/measure.sh [links|allreduce|all] | tee benchmarks/cluster/results/...
+#   benchmarks/cluster/measure.sh [links|pingpong|allreduce|all] | tee benchmarks/cluster/results/...
 set -euo pipefail
 
 HERE="$(cd "${BASH_SOURCE[0]%/*}" && pwd)"
@@ -39,6 +39,16 @@ allreduce_on() {
         "$PY" "$HERE/probe.py" --sizes 4M,16M,64M --rate "$rate" | grep Allreduce
 }
 
+# Small and 1 MiB ping-pongs, same node and across the link, 2 nodes x 2 ranks at 1gbit.
+pingpong() {
+    "$CLUSTER" up 2 --rate 1gbit 2>/dev/null
+    echo "## 2 nodes x 2 ranks, rate 1gbit"
+    local b
+    for b in 8 1048576; do
+        timeout 120 "$CLUSTER" run -n 4 --ranks-per-node 2 -- "$PY" "$HERE/probe.py" --pingpong "$b" | grep ping-pong
+    done
+}
+
 allreduce() {
     allreduce_on 2 2 1gbit
     allreduce_on 2 2 none
@@ -49,7 +59,8 @@ allreduce() {
 echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) cores; $0 ${1:-all}"
 case ${1:-all} in
     links) links ;;
+    pingpong) pingpong ;;
     allreduce) allreduce ;;
-    all) links; allreduce ;;
-    *) echo "usage: $0 [links|allreduce|all]" >&2; exit 1 ;;
+    all) links; pingpong; allreduce ;;
+    *) echo "usage: $0 [links|pingpong|allreduce|all]" >&2; exit 1 ;;
 esac

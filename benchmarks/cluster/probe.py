@@ -68,6 +68,38 @@ def time_allreduce(comm: MPI.Comm, nbytes: int, calls: int) -> list[float]:
     return times
 
 
+def pingpong(comm: MPI.Comm, peer: int, nbytes: int, iters: int = 1000) -> float | None:
+    """Half round-trip seconds between rank 0 and `peer` (other ranks idle); None off rank 0."""
+    buf = np.zeros(max(nbytes, 1), dtype=np.uint8)
+    comm.Barrier()
+    if comm.rank not in (0, peer):
+        return None
+    other = peer if comm.rank == 0 else 0
+    for i in range(iters + 10):
+        if i == 10:
+            t0 = time.perf_counter()   # after 10 warm-up round trips
+        if comm.rank == 0:
+            comm.Send(buf, other)
+            comm.Recv(buf, other)
+        else:
+            comm.Recv(buf, other)
+            comm.Send(buf, other)
+    return (time.perf_counter() - t0) / iters / 2 if comm.rank == 0 else None
+
+
+def report_pingpong(comm: MPI.Comm, nbytes: int) -> None:
+    """Latency to the next rank on the same node (if any) and to the first rank of node 1."""
+    names = comm.allgather(MPI.Get_processor_name())
+    peers = {"same node": 1 if comm.size > 1 and names[1] == names[0] else None,
+             "other node": next((r for r, n in enumerate(names) if n != names[0]), None)}
+    for label, peer in peers.items():
+        if peer is None:
+            continue
+        t = pingpong(comm, peer, nbytes)
+        if t is not None:
+            print(f"ping-pong {nbytes} B, rank 0 <-> {peer} ({label}): {t * 1e6:.1f} us one way", flush=True)
+
+
 def wire_bound(nbytes: int, nodes: int, rate: float) -> float:
     """Seconds each node's link needs for its share of a ring/recursive-halving Allreduce."""
     return 2 * (nodes - 1) / nodes * nbytes * WIRE_PER_PAYLOAD * 8 / rate
@@ -78,10 +110,13 @@ def main() -> None:
     ap.add_argument("--sizes", default="", help="comma-separated, e.g. 4M,16M,64M")
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--rate", default="none", help="the link rate, for the bound column")
+    ap.add_argument("--pingpong", type=int, metavar="BYTES", help="also time a ping-pong of BYTES")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     nodes = describe(comm)
     rate = parse_rate(args.rate)
+    if args.pingpong is not None:
+        report_pingpong(comm, args.pingpong)
     for size in filter(None, args.sizes.split(",")):
         nbytes = parse_size(size)
         times = time_allreduce(comm, nbytes, args.calls)
