@@ -125,7 +125,7 @@ cmd_up() {
     require_root_tools
     [[ $rate == none ]] || { rate_bps "$rate" >/dev/null; burst=${burst:-$(default_burst "$rate")}; }
     cmd_down >/dev/null 2>&1 || true           # idempotent: clear any previous or half-made cluster
-    trap 'log "up failed; cleaning up"; cmd_down >/dev/null 2>&1' ERR
+    trap 'log "up failed; cleaning up"; cmd_down >/dev/null 2>&1' EXIT   # set -e exits on any failure
     make_bridge
     local i
     for ((i = 0; i < n; i++)); do
@@ -134,7 +134,7 @@ cmd_up() {
     done
     write_hosts "$n"
     write_state "$n" "$rate" "${burst:-}" "$latency" "$duplex"
-    trap - ERR
+    trap - EXIT
     log "up: $n nodes ($(node_ns 0)..$(node_ns $((n - 1)))), $SUBNET.0/$NETMASK, rate $rate${burst:+ burst $burst}"
 }
 
