@@ -1,0 +1,109 @@
+"""Casts to 16 bits: ``fp16`` (IEEE half) and ``bf16`` (bfloat16), and ``none`` (raw).
+
+Rounding is to nearest even and overflow gives +-Inf, as IEEE casts do; NaN stays NaN
+and +-Inf stay +-Inf. ``bf16`` of float64 input rounds to odd into float32 first, so
+the result is the correctly rounded bfloat16 (no double rounding).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import HEADER_BYTES, Codec
+
+
+class _Cast(Codec):
+    """One value of ``wire_dtype`` an element after the header."""
+
+    wire_dtype = np.dtype(np.float16)
+
+    def _item(self, dtype) -> int:
+        """Wire bytes an element."""
+        return self.wire_dtype.itemsize
+
+    def wire_bytes(self, n: int, dtype="float32") -> int:
+        """Header plus one wire value an element."""
+        return HEADER_BYTES + self._item(np.dtype(dtype)) * n
+
+    def _payload_bytes(self, h) -> int:
+        return self.wire_bytes(h.n, h.dtype)
+
+    def _encode(self, bk, x, out, seed):
+        p = self._new_payload(bk, x, self.wire_bytes(x.size, x.dtype), out)
+        self._cast_to(bk, x, p[HEADER_BYTES:])
+        return p
+
+    def _decode(self, bk, h, payload, out, accumulate):
+        values = self._cast_from(bk, payload[HEADER_BYTES:], h.dtype)
+        if accumulate:
+            out += values
+        else:
+            out[...] = values
+
+    def _cast_to(self, bk, x, body) -> None:
+        """Write ``x`` as wire values into the byte array ``body``."""
+        body.view(self.wire_dtype)[...] = x
+
+    def _cast_from(self, bk, body, dtype):
+        """The wire values of ``body`` (any float dtype numpy can add)."""
+        return body.view(self.wire_dtype)
+
+    def error_bound(self, x) -> np.ndarray:
+        """Half an ulp of the wire type at |x| (relative ``eps/2``, or its subnormal step)."""
+        x = np.abs(np.asarray(x, dtype=np.float64))
+        info = np.finfo(self.wire_dtype) if self.wire_dtype != np.uint16 else None
+        eps, tiny = (info.eps, info.smallest_subnormal) if info else (2.0**-7, 2.0**-133)
+        bound = np.maximum(x * eps / 2 * (1 + 1e-12), tiny / 2)
+        return np.where(np.isfinite(x), bound, np.inf)
+
+
+class FP16(_Cast):
+    """IEEE half precision: 2 bytes a value; beyond 65504 overflows to +-Inf."""
+
+    codec_id = "fp16"
+    wire_tag = 1
+
+
+class BF16(_Cast):
+    """bfloat16 (the top 16 bits of float32, rounded to nearest even): 2 bytes a value."""
+
+    codec_id = "bf16"
+    wire_tag = 2
+    wire_dtype = np.dtype(np.uint16)
+
+    def _cast_to(self, bk, x, body) -> None:
+        x32 = x.astype(np.float32) if x.dtype != np.float64 else _round_to_odd32(bk.xp, x)
+        bk.kernels.bf16_encode(x32.view(np.uint32), body.view(np.uint16))
+
+    def _cast_from(self, bk, body, dtype):
+        return (body.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _round_to_odd32(xp, x):
+    """float32 of float64 ``x`` rounded to odd, so a later rounding to fewer bits is exact."""
+    f = x.astype(np.float32)
+    wide = f.astype(np.float64)
+    inexact = (wide != x) & ~xp.isnan(x)
+    over = inexact & (xp.abs(wide) > xp.abs(x))  # rounded away from zero: step back
+    bits = f.view(np.uint32) - over.astype(np.uint32)
+    return (bits | inexact.astype(np.uint32)).view(np.float32)
+
+
+class Raw(_Cast):
+    """No compression: the input's own bytes (lossless); the reference for the others."""
+
+    codec_id = "none"
+    wire_tag = 3
+    lossless = True
+
+    def _item(self, dtype) -> int:
+        return dtype.itemsize
+
+    def _cast_to(self, bk, x, body) -> None:
+        body.view(x.dtype)[...] = x
+
+    def _cast_from(self, bk, body, dtype):
+        return body.view(dtype)
+
+    def error_bound(self, x) -> np.ndarray:
+        """Zero: lossless."""
+        return np.zeros(np.shape(x))
