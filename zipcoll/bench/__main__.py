@@ -1,0 +1,5 @@
+import sys
+
+from zipcoll.bench import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""Any buffer -> a flat array view, without copying.
+
+`as_array` accepts what mpi4py accepts, and what the array frameworks hand out:
+
+- NumPy arrays, `array.array`, `bytearray`, `memoryview`, any buffer-protocol object;
+- objects with `__dlpack__` (torch CPU tensors, JAX CPU arrays, NumPy >= 1.22);
+- objects with `__cuda_array_interface__` (CuPy, Numba device arrays, torch CUDA);
+- mpi4py buffer specs: `[buf, datatype]`, `[buf, count, datatype]`, `(buf, datatype)`.
+
+It returns a `Buffer`: a contiguous 1-D view (NumPy on the host, CuPy on a GPU), the
+device it lives on, and how to hand a new result back in the caller's own kind.
+"""
+from __future__ import annotations
+
+import array as _pyarray
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from zipcoll.errors import MissingDependencyError
+
+HOST = "host"
+CUDA = "cuda"
+
+# DLPack device types (dlpack.h): which ones are host memory.
+_DLPACK_HOST_DEVICES = {1, 3}  # kDLCPU, kDLCUDAHost
+_DLPACK_CUDA_DEVICES = {2, 13}  # kDLCUDA, kDLCUDAManaged
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A caller's buffer seen as a contiguous 1-D array, plus where it came from."""
+
+    array: Any  # numpy.ndarray on the host, cupy.ndarray on a GPU
+    device: str  # HOST or CUDA
+    source: Any  # the caller's object, to build a result of the same kind
+    shape: tuple
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.array.dtype)
+
+    @property
+    def count(self) -> int:
+        return int(self.array.size)
+
+    @property
+    def writable(self) -> bool:
+        flags = getattr(self.array, "flags", None)
+        return bool(getattr(flags, "writeable", True))
+
+
+def import_optional(module: str, extra: str):
+    """Import an optional dependency, or say which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(module, extra) from exc
+
+
+def cupy():
+    """The CuPy module (the [cuda12] or [cuda13] extra)."""
+    return import_optional("cupy", "cuda12")
+
+
+def is_buffer_spec(obj: Any) -> bool:
+    """True for mpi4py's `[buf, datatype]` / `[buf, count, datatype]` forms."""
+    return (
+        isinstance(obj, (list, tuple))
+        and len(obj) in (2, 3)
+        and isinstance(obj[-1], MPI.Datatype)
+    )
+
+
+def as_array(obj: Any, *, writable: bool = False) -> Buffer:
+    """Wrap `obj` as a `Buffer` without copying; `writable` demands a writable one.
+
+    >>> buf = as_array(np.arange(6.0).reshape(2, 3))
+    >>> buf.array.shape, buf.device
+    ((6,), 'host')
+    """
+    if obj is None or obj is MPI.IN_PLACE or obj is MPI.BOTTOM:
+        raise TypeError(f"expected a buffer, got {obj!r}")
+    if is_buffer_spec(obj):
+        buf = _from_spec(obj)
+    elif hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray):
+        buf = _from_cuda(obj)
+    else:
+        buf = _from_host(obj)
+    if writable and not buf.writable:
+        raise ValueError(f"the receive buffer ({type(obj).__name__}) is read-only")
+    return buf
+
+
+def _flat(arr: Any, source: Any, device: str) -> Buffer:
+    """Flatten a C-contiguous array to 1-D, refusing strided ones (a copy would hide writes)."""
+    if not arr.flags.c_contiguous:
+        raise ValueError(
+            f"{type(source).__name__} buffer is not contiguous; pass a contiguous "
+            "array (e.g. numpy.ascontiguousarray(x)) and copy the result back"
+        )
+    return Buffer(arr.reshape(-1), device, source, tuple(arr.shape))
+
+
+def _from_host(obj: Any) -> Buffer:
+    if isinstance(obj, np.ndarray):
+        return _flat(obj, obj, HOST)
+    if hasattr(obj, "__dlpack__") and not _has_buffer_protocol(obj):
+        return _from_dlpack(obj)
+    try:
+        arr = np.asarray(memoryview(obj))
+    except TypeError:
+        raise TypeError(
+            f"{type(obj).__name__} is not a buffer: expected an array, a buffer-protocol "
+            "object, a DLPack or CUDA array, or an mpi4py spec [buf, MPI.DATATYPE]"
+        ) from None
+    return _flat(arr, obj, HOST)
+
+
+def _has_buffer_protocol(obj: Any) -> bool:
+    try:
+        memoryview(obj)
+    except TypeError:
+        return False
+    return True
+
+
+def _from_dlpack(obj: Any) -> Buffer:
+    device_type, _ = obj.__dlpack_device__()
+    if device_type in _DLPACK_CUDA_DEVICES:
+        return _flat(cupy().from_dlpack(obj), obj, CUDA)
+    if device_type not in _DLPACK_HOST_DEVICES:
+        raise TypeError(f"DLPack device type {device_type} is not supported (host or CUDA)")
+    arr = np.from_dlpack(obj)
+    return _flat(arr, obj, HOST)
+
+
+def _from_cuda(obj: Any) -> Buffer:
+    cp = cupy()
+    arr = cp.asarray(obj)  # zero-copy view of the device memory
+    return _flat(arr, obj, CUDA)
+
+
+def _from_spec(spec: Any) -> Buffer:
+    """[buf, datatype] or [buf, count, datatype]: a typed view of the first count items."""
+    from mpi4py.util import dtlib
+
+    buf, datatype = spec[0], spec[-1]
+    dtype = dtlib.to_numpy_dtype(datatype)
+    raw = as_array(buf)
+    data = raw.array.view(np.uint8)
+    if data.size % dtype.itemsize:
+        raise ValueError(f"buffer of {data.size} bytes is not a whole number of {dtype}")
+    typed = data.view(dtype)
+    if len(spec) == 3:
+        count = int(spec[1])
+        if count < 0 or count > typed.size:
+            raise ValueError(f"count {count} does not fit a buffer of {typed.size} {dtype}")
+        typed = typed[:count]
+    return Buffer(typed, raw.device, raw.source, (typed.size,))
+
+
+def empty_like(buf: Buffer) -> Any:
+    """A new uninitialised 1-D array on the same device as `buf`."""
+    xp = cupy() if buf.device == CUDA else np
+    return xp.empty(buf.count, dtype=buf.dtype)
+
+
+def result_like(buf: Buffer, result: Any) -> Any:
+    """Hand `result` (a flat array) back in the kind and shape of the caller's buffer."""
+    source = buf.source
+    shaped = result.reshape(buf.shape)
+    module = type(source).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return torch.from_dlpack(shaped)
+    if module in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp.asarray(shaped)
+    if isinstance(source, _pyarray.array) and source.typecode == result.dtype.char:
+        return _pyarray.array(source.typecode, result.tobytes())
+    if isinstance(source, bytearray):
+        return bytearray(result.tobytes())
+    return shaped
+
+
+def synchronize(buf: Buffer) -> None:
+    """Wait for the GPU stream that produced `buf` before MPI reads the memory."""
+    if buf.device == CUDA:
+        cupy().cuda.get_current_stream().synchronize()

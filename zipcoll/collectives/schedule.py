@@ -1,0 +1,69 @@
+"""What every schedule shares: the generator protocol, chunking, and the driver.
+
+A schedule is a generator over a Transport that works in place on a flat array and
+yields the lists of MPI requests it must wait on before going on. `run` drives one to
+the end (blocking); `zipcoll.Request` drives one a step per `test()` (non-blocking).
+"""
+from __future__ import annotations
+
+from typing import Callable, Generator
+
+from mpi4py import MPI
+
+Steps = Generator[list, None, None]
+Schedule = Callable[..., Steps]
+
+
+def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
+    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1."""
+    base, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (i < extra)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+class AnyOf(list):
+    """Requests of which any one completing lets the schedule go on (for side-by-side runs)."""
+
+
+def wait(requests: list) -> None:
+    """Block until a step's requests allow the schedule to go on."""
+    if isinstance(requests, AnyOf):
+        MPI.Request.Waitany(requests)
+    else:
+        MPI.Request.Waitall(requests)
+
+
+def test(requests: list) -> bool:
+    """Whether a step's requests allow the schedule to go on, without blocking."""
+    if isinstance(requests, AnyOf):
+        return MPI.Request.Testany(requests)[1]
+    return MPI.Request.Testall(requests)
+
+
+def run(steps: Steps) -> None:
+    """Drive a schedule to the end, waiting on each step's requests."""
+    for requests in steps:
+        wait(requests)
+
+
+def side_by_side(*schedules: Steps) -> Steps:
+    """Run several schedules at once, each advancing as soon as its own step completes.
+
+    Lock-step would deadlock: a rank may be a leaf (ready) in one tree and wait as a
+    parent in the other, while its peer waits the other way round.
+    """
+    live = {steps: [] for steps in schedules}
+    while live:
+        for steps in list(live):
+            while test(live[steps]):
+                try:
+                    live[steps] = next(steps)
+                except StopIteration:
+                    del live[steps]
+                    break
+        if live:
+            yield AnyOf(request for requests in live.values() for request in requests)

@@ -1,0 +1,142 @@
+"""Moving arrays between ranks: the only module that calls mpi4py's communication functions.
+
+Every zipcoll call runs on a private duplicate of the caller's communicator, made once
+per communicator, cached as an MPI attribute and freed with it, so that library
+messages can never match the caller's own.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+# Tags wrap within the smallest upper bound MPI guarantees (MPI_TAG_UB >= 32767);
+# each call gets TAGS_PER_CALL consecutive tags for sub-schedules that run side by side.
+TAGS_PER_CALL = 4
+_TAG_LIMIT = 32768
+_SCRATCH_KEPT = 4  # scratch buffers kept per device between calls
+
+
+class Transport:
+    """Point-to-point moves, native collectives and scratch memory on a private communicator."""
+
+    def __init__(self, comm: MPI.Comm):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self._calls = 0
+        self._scratch: dict[str, list[Any]] = {}
+
+    def next_tag(self) -> int:
+        """The first of TAGS_PER_CALL tags for one call: calls in flight never share one."""
+        self._calls += 1
+        return (self._calls * TAGS_PER_CALL) % _TAG_LIMIT
+
+    # -- point to point ------------------------------------------------------------
+    def isend(self, arr: Any, dest: int, tag: int) -> MPI.Request:
+        """Start sending the bytes of a contiguous array."""
+        return self.comm.Isend([arr, MPI.BYTE], dest, tag)
+
+    def irecv(self, arr: Any, source: int, tag: int) -> MPI.Request:
+        """Start receiving into the bytes of a contiguous array."""
+        return self.comm.Irecv([arr, MPI.BYTE], source, tag)
+
+    def exchange(self, send: Any, dest: int, recv: Any, source: int, tag: int) -> list:
+        """Send to one peer while receiving from another (both started, none waited)."""
+        return [self.irecv(recv, source, tag), self.isend(send, dest, tag)]
+
+    # -- collectives the schedules lean on ----------------------------------------
+    def allreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> None:
+        """The MPI library's own Allreduce (typed, so MPI applies `op`)."""
+        self.comm.Allreduce(send, recv, op)  # mpi4py types them from the dtype
+
+    def iallreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> MPI.Request:
+        """The MPI library's own Iallreduce."""
+        return self.comm.Iallreduce(send, recv, op)
+
+    def agree(self, values: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Element-wise min and max of small integer vectors over all ranks, in one call."""
+        local = np.array(list(values) + [-v for v in values], dtype=np.int64)
+        out = np.empty_like(local)
+        self.comm.Allreduce(local, out, MPI.MIN)
+        n = len(values)
+        return out[:n], -out[n:]
+
+    # -- scratch memory ------------------------------------------------------------
+    def borrow(self, count: int, dtype: Any, xp: Any = np) -> Any:
+        """A scratch array of `count` items, reused across calls (first touch is costly)."""
+        nbytes = count * np.dtype(dtype).itemsize
+        pool = self._scratch.setdefault(xp.__name__, [])
+        fitting = [i for i, raw in enumerate(pool) if raw.size >= nbytes]
+        raw = pool.pop(fitting[0]) if fitting else xp.empty(max(nbytes, 8), dtype=np.uint8)
+        return _ScratchView(raw, count, dtype)
+
+    def give_back(self, scratch: "_ScratchView", xp: Any = np) -> None:
+        """Return a borrowed scratch array to the pool."""
+        pool = self._scratch.setdefault(xp.__name__, [])
+        if len(pool) < _SCRATCH_KEPT:
+            pool.append(scratch.raw)
+
+    def free(self) -> None:
+        """Free the private communicator (no-op once MPI is finalized)."""
+        self._scratch.clear()
+        if not MPI.Is_finalized() and self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+
+
+class _ScratchView:
+    """A borrowed raw buffer and the typed view a schedule uses."""
+
+    def __init__(self, raw: Any, count: int, dtype: Any):
+        self.raw = raw
+        self.array = raw[: count * np.dtype(dtype).itemsize].view(dtype)
+
+
+_keyval = None
+
+
+def transport_for(comm: MPI.Comm) -> Transport:
+    """The Transport of `comm`: made (collectively) on first use, freed with `comm`."""
+    global _keyval
+    if _keyval is None:
+        _keyval = MPI.Comm.Create_keyval(delete_fn=_delete_transport)
+    transport = comm.Get_attr(_keyval)
+    if transport is None:
+        transport = Transport(comm.Dup())
+        comm.Set_attr(_keyval, transport)
+    return transport
+
+
+def _delete_transport(comm: MPI.Comm, keyval: int, transport: Transport) -> None:
+    transport.free()
+
+
+def cuda_aware() -> bool:
+    """Whether MPI can read GPU memory: ZIPCOLL_CUDA_AWARE=0/1, else MPIX_Query_cuda_support."""
+    forced = os.environ.get("ZIPCOLL_CUDA_AWARE")
+    if forced is not None:
+        return forced.strip().lower() in ("1", "true", "yes")
+    query = _mpi_symbol("MPIX_Query_cuda_support")
+    return bool(query and query())
+
+
+def _mpi_symbol(name: str):
+    """A function exported by the loaded MPI library, or None."""
+    for path in _loaded_mpi_libraries():
+        try:
+            return getattr(ctypes.CDLL(path), name)
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def _loaded_mpi_libraries() -> list[str]:
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libmpi" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith("/"))
