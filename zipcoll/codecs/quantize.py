@@ -60,6 +60,7 @@ class BlockQuantizer(Codec):
     def _encode(self, bk, x, out, seed):
         p = self._new_payload(bk, x, self.wire_bytes(x.size), out, self.block, self.levels)
         scales, codes = self._sections(p, x.size)
+        p[HEADER_BYTES + scales.nbytes:p.size - codes.size] = 0  # alignment padding: defined bytes
         x = kernel_input(bk, x)
         xb = x.view(_BITS_VIEW[x.itemsize])
         bk.kernels.block_encode(x, xb, codes, scales, self.block, self.bits, self.levels,

@@ -38,18 +38,19 @@ class _Sparse(Codec):
         return values_at, values_at + count * np.dtype(self.values).itemsize
 
     def _payload_bytes(self, h) -> int:
-        if h.p0 > h.n:
+        if h.p0 > h.n or h.n >= 1 << 31:
             raise ValueError(f"corrupt {self.codec_id} header: {h.p0} of {h.n} elements sent")
         return self._layout(h.p0)[1]
 
     def _write(self, bk, x, out, indices, count: int, seed: int = 0):
         """Payload sending ``x[indices]`` (``indices`` None: randomk's, gathered by a kernel)."""
-        x = kernel_input(bk, x)
-        lost = _count_nonfinite(bk.xp, x)
         values_at, end = self._layout(count)
         p = self._new_payload(bk, x, end, out, count, seed)
+        x = kernel_input(bk, x)
+        lost = _count_nonfinite(bk.xp, x)
         if indices is not None:
             p[HEADER_BYTES:HEADER_BYTES + 4 * count].view(np.int32)[...] = indices
+            p[HEADER_BYTES + 4 * count:values_at] = 0  # alignment padding: defined bytes
             sent = x[indices]
         else:
             sent = bk.xp.empty(count, np.float32 if x.dtype == np.float16 else x.dtype)
@@ -163,6 +164,8 @@ def _topk_indices(xp, x, k: int):
     part = xp.argpartition(key, n - k)
     # ties at the k-th value: take the lowest indices so the choice is reproducible
     kth = key[part[n - k]]
+    if xp.isnan(kth):  # k or more NaN: the first k of them
+        return xp.flatnonzero(xp.isnan(key))[:k].astype(np.int32)
     above = xp.flatnonzero(~(key <= kth))  # also NaN
     ties = xp.flatnonzero(key == kth)[: k - above.size]
     return xp.sort(xp.concatenate([above, ties])).astype(np.int32)

@@ -6,9 +6,12 @@ Numba CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), which is how the tests run th
 Simple mappings, not tuned: a thread walks a whole quantization block.
 """
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 from . import rules
+
+if config.ENABLE_CUDASIM:
+    rules = rules.as_python(rules)  # noqa: F811 - the simulator runs kernels as Python
 
 _THREADS = 128
 

@@ -43,8 +43,8 @@ def uniform(seed, i):
 @njit(cache=True)
 def bits_to_float(bits, mant, bias):
     """float64 value of the non-negative IEEE bits ``bits`` (``mant`` fraction bits)."""
-    e = np.int64(bits >> mant)
-    m = np.float64(bits & ((np.uint64(1) << mant) - np.uint64(1)))
+    e = int(bits >> np.uint64(mant))
+    m = np.float64(bits & ((np.uint64(1) << np.uint64(mant)) - np.uint64(1)))
     if e == 0:
         return math.ldexp(m, 1 - bias - mant)
     return math.ldexp(m + math.ldexp(1.0, mant), e - bias - mant)
@@ -65,9 +65,9 @@ def finite_absmax(xb):
     """Largest finite |x| of the IEEE bits ``xb`` of x, as float64; integer max vectorizes."""
     if xb.itemsize == 8:
         m = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
-        return bits_to_float(np.uint64(m), np.uint64(52), 1023)
+        return bits_to_float(np.uint64(m), 52, 1023)
     m = max_finite_bits(xb, np.uint32(0x7FFFFFFF), np.uint32(0x7F800000))
-    return bits_to_float(np.uint64(m), np.uint64(23), 127)
+    return bits_to_float(np.uint64(m), 23, 127)
 
 
 @njit(cache=True)
@@ -193,3 +193,21 @@ def randomk_index(j, n, k, seed):
     """Index drawn from stratum j (uniform inside it): k strata give k distinct indices."""
     lo, hi = stratum(j, n, k)
     return lo + np.int64(hash64(seed, j) % np.uint64(hi - lo))
+
+
+def as_python(module):
+    """A copy of ``module`` whose ``njit`` functions are plain Python calling each other.
+
+    The CUDA simulator runs kernels as Python, and cannot pass its device arrays to a
+    compiled ``njit`` function; with these it runs the very same rules as Python.
+    """
+    import types
+
+    copy = types.ModuleType(module.__name__ + "_python")
+    copy.__dict__.update(vars(module))
+    for name, obj in vars(module).items():
+        py = getattr(obj, "py_func", None)
+        if py is not None:
+            copy.__dict__[name] = types.FunctionType(py.__code__, copy.__dict__, name,
+                                                     py.__defaults__, py.__closure__)
+    return copy

@@ -1,0 +1,348 @@
+"""Serial tests of zipcoll.codecs: contract, registry, bounds, formats, errors (no MPI)."""
+import json
+
+import numpy as np
+import pytest
+
+from zipcoll.codecs import (FLAG_LOST_NONFINITE, HEADER_BYTES, ErrorFeedback, UnknownCodecError,
+                            get_codec, list_codecs, read_header)
+from zipcoll.codecs.backend import host
+
+# one spec per codec and the variants whose layout or rounding differ
+SPECS = [
+    "none", "fp16", "bf16", "int8", "int8:block=64", "int8:stochastic=true,seed=1", "int4",
+    "int4:block=24", "int2", "qsgd", "qsgd:levels=1", "qsgd:levels=100,seed=2", "terngrad",
+    "sign", "sign:block=40", "topk:ratio=0.1", "topk:k=5,values=float16", "randomk:ratio=0.25",
+    "randomk:k=3,scaled=false,seed=4", "threshold:tau=1.0", "threshold:tau=0.5,values=float16",
+    "feedback:int4",
+]
+SIZES = [0, 1, 7, 8, 255, 256, 257, 1001]
+DTYPES = [np.float16, np.float32, np.float64]
+
+
+def data(n, dtype=np.float32, seed=0):
+    """Gaussian test vector with a few large values."""
+    x = np.random.default_rng(seed).standard_normal(n) * 3
+    x[::97] *= 50
+    return x.astype(dtype)
+
+
+def test_every_codec_listed():
+    expected = {"none", "fp16", "bf16", "int8", "int4", "int2", "qsgd", "terngrad", "sign",
+                "topk", "randomk", "threshold", "feedback"}
+    assert set(list_codecs()) == expected
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_config_round_trip(spec):
+    codec = get_codec(spec)
+    config = json.loads(json.dumps(codec.get_config()))
+    again = get_codec(config)
+    assert again == codec and hash(again) == hash(codec)
+    assert repr(again) == repr(codec) and type(codec).__name__ in repr(codec)
+    assert get_codec(codec) is codec
+
+
+def test_spec_strings_and_errors():
+    assert get_codec("int4:block=128") == get_codec({"id": "int4", "block": 128})
+    assert get_codec("topk:ratio=0.01").ratio == 0.01
+    with pytest.raises(UnknownCodecError) as info:
+        get_codec("zstd")
+    assert isinstance(info.value, ValueError) and "int8" in str(info.value)
+    for bad in ("int8:block=7", "topk", "topk:ratio=0.1,k=3", "qsgd:levels=0", "int8:nope=1",
+                "int8:block", "threshold:tau=-1", "topk:k=2,values=int8"):
+        with pytest.raises((ValueError, TypeError)):
+            get_codec(bad)
+    with pytest.raises(TypeError):
+        get_codec(3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("spec", SPECS)
+def test_bound_size_and_decode_add(spec, n, dtype):
+    codec = get_codec(spec)
+    x = data(n, dtype)
+    payload = codec.encode(x)
+    assert payload.dtype == np.uint8 and payload.ndim == 1
+    if codec.fixed_size:
+        assert payload.size == codec.wire_bytes(n, dtype)
+    else:
+        assert payload.size <= codec.wire_bytes(n, dtype)
+    y = codec.decode(payload)
+    assert y.dtype == dtype and y.shape == x.shape
+    err = np.abs(y.astype(np.float64) - x.astype(np.float64))
+    assert np.all(err <= codec.error_bound(x)), spec
+    acc = data(n, dtype, seed=1)
+    expected = acc + y
+    assert codec.decode_add(payload, acc) is acc
+    # decode_add rounds once, acc + decode(...) twice: allow an ulp of the largest value
+    scale = float(np.nanmax(np.abs(expected), initial=1.0)) * np.finfo(dtype).eps
+    np.testing.assert_allclose(acc, expected, rtol=1e-6, atol=2 * scale)
+
+
+@pytest.mark.parametrize("spec", ["int8", "int4", "topk:k=10", "fp16", "randomk:k=10"])
+def test_encode_into_out_and_decode_into_out(spec):
+    codec = get_codec(spec)
+    x = data(300)
+    out = np.full(codec.wire_bytes(300) + 5, 7, np.uint8)
+    payload = codec.encode(x, out=out, seed=3)
+    assert np.shares_memory(payload, out) and np.array_equal(payload, codec.encode(x, seed=3))
+    y = np.empty(300, np.float32)
+    assert codec.decode(payload, out=y) is y
+    with pytest.raises(ValueError):
+        codec.encode(x, out=np.empty(10, np.uint8))
+    with pytest.raises(ValueError):
+        codec.decode(payload, out=np.empty(299, np.float32))
+
+
+def test_int8_within_half_step_of_its_block():
+    codec = get_codec("int8:block=64")
+    x = data(1000)
+    y = codec.decode(codec.encode(x))
+    pad = np.concatenate([x, np.zeros(24, x.dtype)]).reshape(-1, 64)
+    step = np.repeat(np.abs(pad).max(axis=1) / 127, 64)[:1000]
+    assert np.all(np.abs(y - x) <= 0.5 * step * (1 + 1e-5))
+
+
+@pytest.mark.parametrize("bad", [np.arange(5), np.arange(5, dtype=np.int8),
+                                 np.ones(4, np.complex64), np.array([True, False])])
+@pytest.mark.parametrize("spec", ["int8", "fp16", "topk:k=1", "sign", "threshold:tau=1"])
+def test_non_float_input_raises_type_error(spec, bad):
+    with pytest.raises(TypeError):
+        get_codec(spec).encode(bad)
+
+
+def test_shape_errors():
+    codec = get_codec("int8")
+    with pytest.raises(ValueError):
+        codec.encode(np.ones((4, 4), np.float32))
+    with pytest.raises(ValueError):
+        codec.encode(np.ones(8, np.float32)[::2])
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_corrupt_or_foreign_payloads_raise(spec):
+    codec = get_codec(spec)
+    payload = codec.encode(data(100))
+    other = "int4" if spec.startswith("sign") else "sign:block=16"
+    with pytest.raises(ValueError):
+        get_codec(other).decode(payload)
+    for broken in (payload[:HEADER_BYTES - 1], payload[:-1], np.concatenate([payload, payload[:1]])):
+        with pytest.raises(ValueError):
+            codec.decode(broken.copy())
+    bad_magic = payload.copy()
+    bad_magic[0] ^= 0xFF
+    with pytest.raises(ValueError):
+        codec.decode(bad_magic)
+    bad_count = payload.copy()
+    bad_count[8:16] = np.frombuffer(np.uint64(1 << 40).tobytes(), np.uint8)
+    with pytest.raises(ValueError):
+        codec.decode(bad_count)
+    with pytest.raises(ValueError):
+        codec.decode(payload.view(np.int8))
+
+
+def test_block_mismatch_and_bad_indices_raise():
+    with pytest.raises(ValueError, match="block"):
+        get_codec("int8:block=128").decode(get_codec("int8").encode(data(500)))
+    payload = get_codec("topk:k=4").encode(data(50))
+    payload[HEADER_BYTES:HEADER_BYTES + 4] = np.frombuffer(np.int32(50).tobytes(), np.uint8)
+    with pytest.raises(ValueError, match="index"):
+        get_codec("topk:k=4").decode(payload)
+
+
+def test_header_is_self_describing():
+    x = data(1000, np.float64)
+    h = read_header(get_codec("randomk:k=9").encode(x, seed=77), host())
+    assert (h.n, h.dtype, h.p0, h.p1) == (1000, np.float64, 9, 77)
+
+
+def test_topk_matches_a_sort():
+    x = data(1001)
+    for k in (0, 1, 10, 500, 1001):
+        y = get_codec({"id": "topk", "k": k}).decode(get_codec({"id": "topk", "k": k}).encode(x))
+        order = np.argsort(-np.abs(x), kind="stable")[:k]
+        expected = np.zeros_like(x)
+        expected[order] = x[order]
+        np.testing.assert_array_equal(y, expected)
+
+
+def test_topk_ties_go_to_lower_indices():
+    x = np.array([1, -2, 2, 2, 0.5, -2], np.float32)
+    y = get_codec("topk:k=2").decode(get_codec("topk:k=2").encode(x))
+    np.testing.assert_array_equal(y, [0, -2, 2, 0, 0, 0])
+
+
+def test_threshold_sends_exactly_the_large_ones():
+    x = data(1000)
+    y = get_codec("threshold:tau=2").decode(get_codec("threshold:tau=2").encode(x))
+    np.testing.assert_array_equal(y, np.where(np.abs(x) >= 2, x, 0))
+
+
+def test_sign_is_sign_times_mean_abs():
+    x = data(96)
+    y = get_codec("sign:block=32").decode(get_codec("sign:block=32").encode(x))
+    scale = np.repeat(np.abs(x).reshape(3, 32).mean(axis=1), 32).astype(np.float32)
+    np.testing.assert_allclose(y, np.where(x >= 0, scale, -scale), rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+def test_casts_round_like_numpy():
+    x = np.concatenate([data(500, np.float64), [70000.0, -1e300, 1e-300, 65520.0, 65519.0]])
+    np.testing.assert_array_equal(get_codec("fp16").decode(get_codec("fp16").encode(x)),
+                                  x.astype(np.float16).astype(np.float64))
+    x32 = x.astype(np.float32)
+    y = get_codec("bf16").decode(get_codec("bf16").encode(x32))
+    np.testing.assert_array_equal(y, _bf16_reference(x32))
+
+
+def _bf16_reference(x32):
+    """bfloat16 by exact arithmetic: nearest of the two neighbours, ties to even."""
+    b = x32.view(np.uint32).astype(np.uint64)
+    lo = (b >> 16) << 16
+    rest = b - lo
+    up = (rest > 0x8000) | ((rest == 0x8000) & (((b >> 16) & 1) == 1))
+    return ((lo + up * (1 << 16)).astype(np.uint32)).view(np.float32)
+
+
+def test_bf16_of_float64_rounds_once():
+    # ties in float32 but not in float64: a cast through float32 would round these wrongly
+    x = np.array([1 + 2**-8 + 2**-40, 1 + 2**-8, -(1 + 3 * 2**-8 - 2**-40)], np.float64)
+    y = get_codec("bf16").decode(get_codec("bf16").encode(x))
+    np.testing.assert_array_equal(y, [1 + 2**-7, 1, -(1 + 2**-7)])
+
+
+STOCHASTIC = ["int8:stochastic=true", "int4:stochastic=true", "int2:stochastic=true",
+              "qsgd", "qsgd:levels=1", "terngrad", "randomk:ratio=0.25"]
+
+
+@pytest.mark.parametrize("spec", STOCHASTIC)
+def test_stochastic_codecs_are_unbiased(spec):
+    codec = get_codec(spec)
+    assert codec.unbiased and codec.stochastic
+    x = data(64, np.float64)
+    trials = 4000
+    samples = np.stack([codec.decode(codec.encode(x, seed=s)) for s in range(trials)])
+    bound = codec.error_bound(x)
+    # |mean - x| <= 5 sigma, sigma <= bound / sqrt(trials); plus float32 rounding
+    assert np.all(np.abs(samples.mean(axis=0) - x) <= 5 * bound / np.sqrt(trials) + 1e-6 * np.abs(x))
+
+
+def test_qsgd_variance_bound():
+    codec = get_codec("qsgd:levels=4,block=64")
+    x = data(256, np.float64)
+    samples = np.stack([codec.decode(codec.encode(x, seed=s)) for s in range(2000)])
+    variance = ((samples - x) ** 2).sum(axis=1).mean()
+    assert variance <= 1.1 * codec.variance_bound(x).sum()
+
+
+def test_seeds_reproduce_and_differ():
+    x = data(500)
+    a, b = get_codec("qsgd:seed=5"), get_codec("qsgd:seed=5")
+    assert np.array_equal(a.encode(x), b.encode(x)) and np.array_equal(a.encode(x), b.encode(x))
+    assert not np.array_equal(a.encode(x), a.encode(x))
+    assert np.array_equal(a.encode(x, seed=9), b.encode(x, seed=9))
+    rng = np.random.default_rng(3)
+    c = get_codec("terngrad").__class__(rng=rng)
+    assert c.encode(x).size == get_codec("terngrad").wire_bytes(500)
+
+
+def test_deterministic_codecs_ignore_seed():
+    x = data(300)
+    for spec in ("int8", "sign", "topk:k=9", "bf16"):
+        codec = get_codec(spec)
+        assert not codec.stochastic
+        assert np.array_equal(codec.encode(x, seed=1), codec.encode(x, seed=2))
+
+
+# what each codec documents for NaN and Inf: kept as such, NaN, or the flag that poisons
+NONFINITE = {
+    "none": "kept", "fp16": "kept", "bf16": "kept", "topk:k=10": "kept",
+    "threshold:tau=1": "kept", "int8": "nan", "int4": "nan", "int2": "nan",
+    "qsgd": "nan", "terngrad": "nan", "sign": "block", "randomk:k=10": "poison",
+}
+
+
+@pytest.mark.parametrize("spec", NONFINITE)
+def test_nan_and_inf_never_become_finite(spec):
+    codec = get_codec(spec)
+    x = data(600)
+    bad = [3, 300, 599]
+    x[bad] = [np.nan, np.inf, -np.inf]
+    payload = codec.encode(x, seed=1)
+    y = codec.decode(payload)
+    assert not np.isfinite(y[bad]).any()
+    rule = NONFINITE[spec]
+    if rule == "kept":
+        np.testing.assert_array_equal(y[bad], x[bad])
+    elif rule == "nan":
+        assert np.isnan(y[bad]).all()
+        ok = np.isfinite(x)
+        assert np.all(np.abs(y - x)[ok] <= codec.error_bound(x)[ok])
+    elif rule == "block":
+        assert not np.isfinite(y[:256]).any() and np.isfinite(y[256 * 2 + 88:]).all() is not None
+    else:
+        assert read_header(payload, host()).flags & FLAG_LOST_NONFINITE
+    acc = np.zeros_like(x)
+    assert not np.isfinite(codec.decode_add(payload, acc)[bad]).any()
+
+
+def test_topk_drops_nonfinite_only_with_the_flag():
+    x = np.zeros(10, np.float32)
+    x[[1, 2, 3]] = np.nan
+    codec = get_codec("topk:k=2")
+    payload = codec.encode(x)
+    assert read_header(payload, host()).flags & FLAG_LOST_NONFINITE
+    assert np.isnan(codec.decode(payload)).all()
+
+
+def test_error_feedback_tracks_the_sum():
+    codec = ErrorFeedback("sign")
+    steps = [data(512, seed=s) for s in range(30)]
+    sent = sum(codec.decode(codec.encode(x, key="w")) for x in steps)
+    total = sum(steps)
+    # the difference is the last residual only, not 30 steps of error
+    assert np.allclose(total - sent, codec._residuals["w"], atol=1e-3)
+    assert np.abs(total - sent).max() < np.abs(total).max()
+    assert codec.keys() == ["w"]
+    codec.encode(data(8), key="b")
+    codec.reset("w")
+    assert codec.keys() == ["b"]
+    with pytest.raises(ValueError):
+        codec.encode(data(9), key="b")
+    codec.reset()
+    assert codec.keys() == []
+    assert codec.fixed_size and not codec.lossless and codec.wire_bytes(512) == get_codec("sign").wire_bytes(512)
+
+
+def test_error_feedback_drops_a_nonfinite_residual():
+    codec = ErrorFeedback("int8")
+    x = data(300)
+    x[5] = np.nan
+    codec.encode(x, key=0)
+    assert codec.keys() == []
+
+
+def test_properties():
+    flags = {c: (get_codec(c).lossless, get_codec(c).fixed_size, get_codec(c).sparse)
+             for c in ("none", "int8", "topk:k=1", "threshold:tau=1")}
+    assert flags == {"none": (True, True, False), "int8": (False, True, False),
+                     "topk:k=1": (False, True, True), "threshold:tau=1": (False, False, True)}
+    assert get_codec("int8:stochastic=true").unbiased and not get_codec("int8").unbiased
+    assert not get_codec("randomk:k=2,scaled=false").unbiased
+
+
+def test_missing_cupy_names_the_extra():
+    from zipcoll.codecs import backend
+
+    class FakeDeviceArray:
+        __cuda_array_interface__ = {}
+
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError, match=r"zipcoll\[cuda12\]"):
+        backend.backend_of(FakeDeviceArray())
