@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .base import FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, align8, kernel_input
+from .base import FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, align8, eps_of, kernel_input
 from .quantize import _Seeded
 
 _VALUE_DTYPES = ("float32", "float16")
@@ -207,7 +207,7 @@ class RandomK(_Seeded, _Counted):
         k = self.count(x.size)
         m = np.ceil(x.size / k) if k else 1.0
         factor = max(1.0, m - 1) if self.scaled else 1.0
-        bound = np.abs(x) * factor + self._value_bound(x) * m
+        bound = np.abs(x) * factor * (1 + 4 * eps_of(x.dtype)) + self._value_bound(x) * m
         return np.where(np.isfinite(x), bound, np.inf)
 
 

@@ -13,7 +13,7 @@ from . import rules
 if config.ENABLE_CUDASIM:
     rules = rules.as_python(rules)  # noqa: F811 - the simulator runs kernels as Python
 
-_THREADS = 128
+_THREADS = 32 if config.ENABLE_CUDASIM else 128  # the simulator runs a thread each
 
 
 def _grid(n):

@@ -1,0 +1,58 @@
+"""The CUDA kernels agree with the CPU kernels, run by the Numba CUDA simulator.
+
+The simulator must be chosen before numba.cuda is first imported, so a plain pytest run
+collects one test that reruns this file in a subprocess with NUMBA_ENABLE_CUDASIM=1.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+SPECS = ["fp16", "bf16", "none", "int8", "int8:block=16", "int4", "int2",
+         "int8:stochastic=true", "int4:stochastic=true,block=24", "qsgd", "qsgd:levels=100",
+         "terngrad", "sign", "sign:block=24", "topk:ratio=0.2", "topk:k=3,values=float16",
+         "randomk:ratio=0.2", "randomk:k=4,values=float16,scaled=false", "threshold:tau=2"]
+
+
+if not SIMULATED:
+    def test_cuda_kernels_under_the_simulator():
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              __file__], env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+else:
+    from numba import cuda
+
+    from zipcoll.codecs import get_codec
+
+    def data(n, dtype, nonfinite):
+        """Test vector, with NaN and +-Inf when ``nonfinite``."""
+        x = np.random.default_rng(n).standard_normal(n) * 4
+        if nonfinite and n > 5:
+            x[[1, n // 2, n - 1]] = [np.nan, np.inf, -np.inf]
+        return x.astype(dtype)
+
+    @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # uint64 hashing wraps on purpose
+    @pytest.mark.parametrize("nonfinite", [False, True])
+    @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+    @pytest.mark.parametrize("n", [0, 1, 9, 77])
+    @pytest.mark.parametrize("spec", SPECS)
+    def test_device_matches_host_bit_for_bit(spec, n, dtype, nonfinite):
+        codec = get_codec(spec)
+        x = data(n, dtype, nonfinite)
+        host = codec.encode(x, seed=11)
+        device = codec.encode(cuda.to_device(x), seed=11)
+        np.testing.assert_array_equal(device, host)
+        acc_host = data(n, dtype, False)
+        acc_device = cuda.to_device(acc_host)
+        codec.decode_add(host, acc_host)
+        codec.decode_add(cuda.to_device(host), acc_device)
+        np.testing.assert_array_equal(acc_device.copy_to_host(), acc_host)
+        out = cuda.device_array(n, dtype)
+        codec.decode(cuda.to_device(host), out=out)
+        np.testing.assert_array_equal(out.copy_to_host(), codec.decode(host))
