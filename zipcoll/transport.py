@@ -57,6 +57,18 @@ class Transport:
         """The MPI library's own Iallreduce."""
         return self.comm.Iallreduce(send, recv, op)
 
+    def iallgatherv(self, send: Any, recv: Any, counts: list[int]) -> MPI.Request:
+        """Start gathering every rank's bytes (counts[i] from rank i) into `recv`, in rank order."""
+        displacements = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(int).tolist()
+        return self.comm.Iallgatherv([send, MPI.BYTE],
+                                     [recv, (list(counts), displacements), MPI.BYTE])
+
+    def allgather_counts(self, count: int) -> list[int]:
+        """Every rank's `count`, in rank order."""
+        counts = np.empty(self.size, dtype=np.int64)
+        self.comm.Allgather(np.array([count], dtype=np.int64), counts)
+        return counts.tolist()
+
     def agree(self, values: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Element-wise min and max of small integer vectors over all ranks, in one call."""
         local = np.array(list(values) + [-v for v in values], dtype=np.int64)

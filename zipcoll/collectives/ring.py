@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.ops import ReduceOp
+from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.schedule import Steps, chunk_bounds
 from zipcoll.transport import Transport
 
@@ -51,3 +52,52 @@ def allgather_ring(t: Transport, buf: Any, chunks: list, tag: int) -> Steps:
         send_lo, send_hi = chunks[(r + 1 - step) % p]
         recv_lo, recv_hi = chunks[(r - step) % p]
         yield t.exchange(buf[send_lo:send_hi], right, buf[recv_lo:recv_hi], left, tag)
+
+
+def ring_allreduce_compressed(t: Transport, buf: Any, enc: Encoder, tag: int,
+                              xp: Any = np) -> Steps:
+    """Sum `buf` in place around the ring, compressing per hop.
+
+    Reduce-scatter steps decode, add and re-encode the partial chunk; each owner then
+    encodes its final chunk once, keeps the decoded value, and the allgather forwards
+    those bytes unchanged, so every rank decodes the same bytes into the same bits.
+    """
+    if t.size == 1:
+        return
+    chunks = chunk_bounds(buf.size, t.size)
+    wire = [enc.wire_bytes(b - a, buf.dtype) for a, b in chunks]
+    space = t.borrow(2 * max(wire), np.uint8, xp)
+    slots = (space.array[: max(wire)], space.array[max(wire):])
+    try:
+        yield from _reduce_scatter_encoded(t, buf, chunks, wire, slots, enc, tag)
+        yield from _allgather_encoded(t, buf, chunks, wire, slots, enc, tag)
+    finally:
+        t.give_back(space, xp)
+
+
+def _reduce_scatter_encoded(t: Transport, buf: Any, chunks: list, wire: list, slots: tuple,
+                            enc: Encoder, tag: int) -> Steps:
+    p, r = t.size, t.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    for step in range(p - 1):
+        sent, received = (r - step) % p, (r - step - 1) % p
+        payload = enc.encode(buf[slice(*chunks[sent])], f"ring/rs/{sent}", out=slots[0])
+        incoming = slots[1][: wire[received]]
+        yield t.exchange(payload, right, incoming, left, tag)
+        enc.decode_add(incoming, buf[slice(*chunks[received])])
+
+
+def _allgather_encoded(t: Transport, buf: Any, chunks: list, wire: list, slots: tuple,
+                       enc: Encoder, tag: int) -> Steps:
+    p, r = t.size, t.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    owned = (r + 1) % p
+    outgoing = enc.encode(buf[slice(*chunks[owned])], f"ring/ag/{owned}", out=slots[0])
+    enc.decode(outgoing, buf[slice(*chunks[owned])])  # the owner keeps what the others get
+    free = 1  # the slot not holding `outgoing`
+    for step in range(p - 1):
+        received = (r - step) % p
+        incoming = slots[free][: wire[received]]
+        yield t.exchange(outgoing, right, incoming, left, tag)
+        enc.decode(incoming, buf[slice(*chunks[received])])
+        outgoing, free = incoming, 1 - free  # forwarded unchanged next step

@@ -16,3 +16,8 @@ def choose(nbytes: int, size: int, device: str) -> str:
     if size == 1 or nbytes < AUTO_RING_BYTES:
         return "native"
     return "ring"
+
+
+def choose_compressed(nbytes: int, size: int, codec) -> str:
+    """The schedule "auto" runs with a codec: per-hop ring, or allgather for any-size payloads."""
+    return "ring" if codec.fixed_size else "allgather"

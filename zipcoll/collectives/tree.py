@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.ops import ReduceOp
+from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.schedule import Steps, chunk_bounds, side_by_side
 from zipcoll.topologies.trees import Links, binomial_tree, double_binary_tree
 from zipcoll.transport import Transport
@@ -83,3 +84,80 @@ def tree_broadcast(t: Transport, buf: Any, links: Links, segments: list, tag: in
             # largest subtree first: it has the most levels still to go
             requests += [t.isend(buf[slice(*segments[k - 1])], c, tag) for c in reversed(children)]
         yield requests
+
+
+def tree_allreduce_compressed(t: Transport, buf: Any, enc: Encoder, tag: int,
+                              xp: Any = np) -> Steps:
+    """Sum `buf` in place over a binomial tree, compressing per hop."""
+    links = binomial_tree(t.rank, t.size)
+    yield from encoded_reduce_then_broadcast(t, buf, links, enc, tag, "tree", xp)
+
+
+def dbtree_allreduce_compressed(t: Transport, buf: Any, enc: Encoder, tag: int,
+                                xp: Any = np) -> Steps:
+    """Sum `buf` in place over a double binary tree, compressing per hop."""
+    tree0, tree1 = double_binary_tree(t.rank, t.size)
+    half = buf.size // 2
+    yield from side_by_side(
+        encoded_reduce_then_broadcast(t, buf[:half], tree0, enc, tag, "dbtree0", xp),
+        encoded_reduce_then_broadcast(t, buf[half:], tree1, enc, tag + 1, "dbtree1", xp),
+    )
+
+
+def encoded_reduce_then_broadcast(t: Transport, buf: Any, links: Links, enc: Encoder,
+                                  tag: int, name: str, xp: Any = np) -> Steps:
+    """Per-hop compressed reduce up the tree; the root's encoded result goes down unchanged."""
+    segments = _segments(buf)
+    wire = [enc.wire_bytes(b - a, buf.dtype) for a, b in segments]
+    most = max(wire)
+    slots_needed = len(links.children) + 2
+    space = t.borrow(most * slots_needed, np.uint8, xp)
+    slots = [space.array[i * most:(i + 1) * most] for i in range(slots_needed)]
+    try:
+        yield from _encoded_reduce(t, buf, links, segments, wire, slots, enc, tag, name)
+        yield from _encoded_broadcast(t, buf, links, segments, wire, slots[:2], enc, tag, name)
+    finally:
+        t.give_back(space, xp)
+
+
+def _encoded_reduce(t: Transport, buf: Any, links: Links, segments: list, wire: list,
+                    slots: list, enc: Encoder, tag: int, name: str) -> Steps:
+    """Step k takes the children's payloads of segment k and sends up segment k-1's."""
+    parent, children = links
+    up, incoming = slots[0], slots[2:]
+    outgoing = None
+    for k, (lo, hi) in enumerate(segments + [(0, 0)]):
+        last = k == len(segments)
+        requests = [] if last else [t.irecv(tmp[: wire[k]], c, tag)
+                                    for tmp, c in zip(incoming, children)]
+        if outgoing is not None:
+            requests.append(t.isend(outgoing, parent, tag))
+        yield requests
+        if last:
+            break
+        for tmp in incoming:  # children in the tree's fixed order
+            enc.decode_add(tmp[: wire[k]], buf[lo:hi])
+        if parent is not None:
+            outgoing = enc.encode(buf[lo:hi], f"{name}/up/{k}", out=up)
+
+
+def _encoded_broadcast(t: Transport, buf: Any, links: Links, segments: list, wire: list,
+                       slots: list, enc: Encoder, tag: int, name: str) -> Steps:
+    """The root encodes each final segment once (and keeps its decoding); bytes go down as is."""
+    parent, children = links
+    held = None  # the payload of the previous segment, to pass to the children
+    for k, (lo, hi) in enumerate(segments + [(0, 0)]):
+        last = k == len(segments)
+        requests, payload = [], None
+        if not last and parent is None:
+            payload = enc.encode(buf[lo:hi], f"{name}/down/{k}", out=slots[k % 2])
+            enc.decode(payload, buf[lo:hi])
+        elif not last:
+            payload = slots[k % 2][: wire[k]]
+            requests.append(t.irecv(payload, parent, tag))
+        if held is not None:
+            requests += [t.isend(held, c, tag) for c in reversed(children)]
+        yield requests
+        if payload is not None and parent is not None:
+            enc.decode(payload, buf[lo:hi])
+        held = payload

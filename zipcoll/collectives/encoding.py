@@ -1,0 +1,89 @@
+"""A codec as the compressed schedules use it: seeds per encode site, error feedback per key.
+
+A schedule names each place it encodes (its *site*: e.g. ``"ring/rs/3"``, the partial
+sum of chunk 3 in the reduce-scatter). Stochastic codecs get a different random stream at
+every (call, rank, site); with a `key`, each site keeps its own residual (error
+feedback), so repeated calls on the same tensor cancel the compression bias.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Any, Hashable
+
+import numpy as np
+
+from zipcoll.codecs import Codec, ErrorFeedback
+
+
+class FeedbackStore:
+    """Error-feedback residuals of every key, for every encode site that key has used.
+
+    Memory: per live key, one array the size of what this rank encodes for that key in
+    one call (about the message size for ring, tree and two-phase; the whole message
+    for allgather). A key whose shape, dtype, codec or algorithm changes starts over;
+    `reset(key)` frees one key, `reset()` all.
+    """
+
+    def __init__(self) -> None:
+        self._by_key: dict[Hashable, tuple[tuple, ErrorFeedback]] = {}
+
+    def feedback(self, key: Hashable, codec: Codec, context: tuple) -> ErrorFeedback:
+        """The ErrorFeedback holding `key`'s residuals, fresh if the context changed."""
+        held = self._by_key.get(key)
+        if held is None or held[0] != (codec, context):
+            held = ((codec, context), ErrorFeedback(codec))
+            self._by_key[key] = held
+        return held[1]
+
+    def reset(self, key: Hashable = ...) -> None:
+        """Free the residuals of `key`, or of every key when called without one."""
+        if key is ...:
+            self._by_key.clear()
+        else:
+            self._by_key.pop(key, None)
+
+    def keys(self) -> list:
+        """The keys that hold residuals."""
+        return list(self._by_key)
+
+    def nbytes(self) -> int:
+        """Bytes held by all residuals."""
+        return sum(int(r.nbytes) for _, fb in self._by_key.values()
+                   for r in fb._residuals.values())
+
+
+FEEDBACK = FeedbackStore()
+
+
+class Encoder:
+    """One call's codec at one level: encode at named sites, decode, size payloads."""
+
+    def __init__(self, codec: Codec, *, rank: int, call: int, key: Hashable = None,
+                 context: tuple = ()):
+        self.codec = codec
+        self._rank = rank
+        self._call = call
+        self._feedback = None if key is None else FEEDBACK.feedback(key, codec, context)
+
+    def encode(self, x: Any, site: str, out: Any = None) -> Any:
+        """Payload of `x` at `site` (with that site's residual added, under a key)."""
+        seed = self._seed(site) if self.codec.stochastic else None
+        if self._feedback is None:
+            return self.codec.encode(x, out=out, seed=seed)
+        return self._feedback.encode(x, out=out, seed=seed, key=site)
+
+    def _seed(self, site: str) -> int:
+        words = [self._call, self._rank, zlib.crc32(site.encode())]
+        return int(np.random.SeedSequence(words).generate_state(2, np.uint64)[0] >> 1)
+
+    def decode(self, payload: Any, out: Any) -> None:
+        """out <- decode(payload)."""
+        self.codec.decode(payload, out=out)
+
+    def decode_add(self, payload: Any, acc: Any) -> None:
+        """acc += decode(payload)."""
+        self.codec.decode_add(payload, acc)
+
+    def wire_bytes(self, n: int, dtype: Any) -> int:
+        """Payload bytes of `n` elements (the most, for variable-size codecs)."""
+        return self.codec.wire_bytes(n, np.dtype(dtype).name)
