@@ -23,7 +23,7 @@ from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup, op_code
 from zipcoll.collectives.recursive import rabenseifner_allreduce
 from zipcoll.collectives.ring import ring_allreduce, ring_allreduce_compressed
-from zipcoll.collectives.schedule import Steps, run, test, wait
+from zipcoll.collectives.schedule import Steps, copy_in, run, test, wait
 from zipcoll.collectives.tree import (dbtree_allreduce, dbtree_allreduce_compressed,
                                       tree_allreduce, tree_allreduce_compressed)
 from zipcoll.collectives.twophase import twophase_allreduce_compressed
@@ -293,13 +293,12 @@ def _run_on(t: Transport, call: Call, send: Any, recv: Any, blocking: bool) -> S
     if call.algorithm == "native":
         steps = _native(t, MPI.IN_PLACE if send is None else send, recv, call.op, blocking)
         return _scaled(steps, recv, t.size) if call.mean else steps
-    if send is not None:
-        recv[...] = send
     xp = buffers.cupy() if call.recv.device == CUDA else np
     tag = t.next_tag()
     if call.codec is None:
-        steps = SCHEDULES[call.algorithm](t, recv, call.op, tag, xp)
+        steps = SCHEDULES[call.algorithm](t, recv, call.op, tag, xp, send=send)
     else:
+        copy_in(recv, send)
         encoder = Encoder(call.codec, rank=t.rank, call=tag, key=call.key,
                           context=(call.algorithm, call.count, recv.dtype.str, t.size))
         steps = COMPRESSED[call.algorithm](t, recv, encoder, tag, xp)

@@ -20,9 +20,9 @@ class ReduceOp:
     def supports(self, dtype: np.dtype) -> bool:
         return dtype.kind in self.kinds
 
-    def reduce_into(self, acc: Any, other: Any, xp: Any = np) -> None:
-        """acc <- acc (op) other, element-wise, in place."""
-        getattr(xp, self.ufunc)(acc, other, out=acc)
+    def reduce_into(self, acc: Any, other: Any, xp: Any = np, first: Any = None) -> None:
+        """acc <- first (op) other, element-wise; `first` defaults to acc itself."""
+        getattr(xp, self.ufunc)(acc if first is None else first, other, out=acc)
 
 
 # The kinds follow the MPI standard's table of ops x datatype groups (MPI-4.1, 6.9.2).

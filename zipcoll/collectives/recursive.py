@@ -15,14 +15,15 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.ops import ReduceOp
-from zipcoll.collectives.schedule import Steps, chunk_bounds
+from zipcoll.collectives.schedule import Steps, copy_in, chunk_bounds
 from zipcoll.topologies.trees import pof2_fold, pof2_rank
 from zipcoll.transport import Transport
 
 
-def rabenseifner_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int,
-                           xp: Any = np) -> Steps:
+def rabenseifner_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np,
+                           send: Any = None) -> Steps:
     """All-reduce `buf` in place; correct for any number of ranks."""
+    copy_in(buf, send)
     if t.size == 1:
         return
     scratch = t.borrow(buf.size, buf.dtype, xp)

@@ -17,31 +17,43 @@ from zipcoll.collectives.schedule import Steps, chunk_bounds
 from zipcoll.transport import Transport
 
 
-def ring_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np) -> Steps:
-    """All-reduce `buf` in place around the ring of t.comm's ranks."""
+def ring_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np,
+                   send: Any = None) -> Steps:
+    """All-reduce into `buf` around the ring of t.comm's ranks (from `send`, else in place).
+
+    Out of place, `send` is read where it is: every chunk of `buf` is written once, by a
+    reduction or by the allgather, so no copy of the input is needed.
+    """
     if t.size == 1:
+        if send is not None:
+            buf[...] = send
         return
     chunks = chunk_bounds(buf.size, t.size)
     scratch = t.borrow(max(b - a for a, b in chunks), buf.dtype, xp)
     try:
-        yield from reduce_scatter_ring(t, buf, chunks, scratch.array, op, tag, xp)
+        yield from reduce_scatter_ring(t, buf, chunks, scratch.array, op, tag, xp,
+                                       buf if send is None else send)
         yield from allgather_ring(t, buf, chunks, tag)
     finally:
         t.give_back(scratch, xp)
 
 
 def reduce_scatter_ring(t: Transport, buf: Any, chunks: list, tmp: Any, op: ReduceOp,
-                        tag: int, xp: Any = np) -> Steps:
-    """p-1 steps; afterwards rank r holds chunk (r + 1) mod p reduced over all ranks."""
+                        tag: int, xp: Any, send: Any) -> Steps:
+    """p-1 steps; afterwards rank r holds chunk (r + 1) mod p of `buf` reduced over all ranks.
+
+    Chunks of `send` are read the first time they are used; partial sums live in `buf`.
+    """
     p, r = t.size, t.rank
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):
-        send_lo, send_hi = chunks[(r - step) % p]
-        recv_lo, recv_hi = chunks[(r - step - 1) % p]
-        incoming = tmp[: recv_hi - recv_lo]
+        outgoing = slice(*chunks[(r - step) % p])
+        received = slice(*chunks[(r - step - 1) % p])
+        incoming = tmp[: received.stop - received.start]
         # step s: pass on the partial sum made last step, take the left one's partial
-        yield t.exchange(buf[send_lo:send_hi], right, incoming, left, tag)
-        op.reduce_into(buf[recv_lo:recv_hi], incoming, xp)
+        source = send if step == 0 else buf
+        yield t.exchange(source[outgoing], right, incoming, left, tag)
+        op.reduce_into(buf[received], incoming, xp, first=send[received])
 
 
 def allgather_ring(t: Transport, buf: Any, chunks: list, tag: int) -> Steps:

@@ -6,7 +6,7 @@ the end (blocking); `zipcoll.Request` drives one a step per `test()` (non-blocki
 """
 from __future__ import annotations
 
-from typing import Callable, Generator
+from typing import Any, Callable, Generator
 
 from mpi4py import MPI
 
@@ -23,6 +23,12 @@ def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+def copy_in(buf: Any, send: Any) -> None:
+    """Start an in-place schedule from `send` (out of place) by copying it into `buf`."""
+    if send is not None:
+        buf[...] = send
 
 
 class AnyOf(list):

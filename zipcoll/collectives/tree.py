@@ -14,7 +14,7 @@ import numpy as np
 
 from zipcoll.collectives.ops import ReduceOp
 from zipcoll.collectives.encoding import Encoder
-from zipcoll.collectives.schedule import Steps, chunk_bounds, side_by_side
+from zipcoll.collectives.schedule import Steps, copy_in, chunk_bounds, side_by_side
 from zipcoll.topologies.trees import Links, binomial_tree, double_binary_tree
 from zipcoll.transport import Transport
 
@@ -22,13 +22,17 @@ from zipcoll.transport import Transport
 SEGMENT_BYTES = 1 << 19
 
 
-def tree_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np) -> Steps:
+def tree_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np,
+                   send: Any = None) -> Steps:
     """All-reduce `buf` in place: binomial reduce to rank 0, binomial broadcast from it."""
+    copy_in(buf, send)
     yield from reduce_then_broadcast(t, buf, binomial_tree(t.rank, t.size), op, tag, xp)
 
 
-def dbtree_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np) -> Steps:
+def dbtree_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np,
+                     send: Any = None) -> Steps:
     """All-reduce `buf` in place over a double binary tree, one half of `buf` per tree."""
+    copy_in(buf, send)
     tree0, tree1 = double_binary_tree(t.rank, t.size)
     half = buf.size // 2
     yield from side_by_side(
