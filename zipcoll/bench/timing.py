@@ -1,0 +1,92 @@
+"""Timing helpers shared by the benchmark subcommands: OSU's method, sizes, iteration counts.
+
+OSU's C benchmarks time each iteration alone (MPI_Wtime around the call only), keep a
+barrier outside the timed region, skip warm-up iterations, average per rank, and report
+the average, minimum and maximum of those per-rank averages across ranks.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from mpi4py import MPI
+
+TIMING_METHOD = (
+    "OSU's: MPI.Wtime around each call only, a barrier before each iteration outside "
+    "the timed region, warm-up excluded; per-rank average, then Avg/Min/Max across ranks")
+
+# OSU's defaults: 1000 iterations + 100 warm-up up to 8 KiB, 100 + 10 above.
+LARGE_MESSAGE = 8192
+ITERATIONS = (1000, 100)
+WARMUP = (100, 10)
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '4', '64K', '64M', '1G' or '16KiB' (binary units)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (expected e.g. 4, 64K, 64M, 1G)")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def parse_range(text: str, default_min: int = 4) -> tuple[int, int]:
+    """(MIN, MAX) from OSU's '-m' argument: 'MIN:MAX', 'MAX' or 'MIN:'."""
+    low, sep, high = text.partition(":")
+    if not sep:
+        low, high = "", low
+    lo = parse_size(low) if low.strip() else default_min
+    hi = parse_size(high) if high.strip() else max(lo, 1 << 20)
+    if lo < 1 or hi < lo:
+        raise ValueError(f"bad size range {text!r}: need 1 <= MIN <= MAX")
+    return lo, hi
+
+
+def message_sizes(lo: int, hi: int) -> list[int]:
+    """OSU's sizes: MIN, then doubling while <= MAX."""
+    sizes, size = [], lo
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def iteration_counts(size: int, iterations: int | None = None,
+                     warmup: int | None = None) -> tuple[int, int]:
+    """(iterations, warm-up) for a message size: OSU's defaults unless given (-i, -x)."""
+    large = size > LARGE_MESSAGE
+    return (ITERATIONS[large] if iterations is None else iterations,
+            WARMUP[large] if warmup is None else warmup)
+
+
+def time_per_call(call: Callable[[], object], iterations: int, warmup: int,
+                  comm: MPI.Comm) -> float:
+    """This rank's average seconds per call, timed OSU's way (warm-up excluded)."""
+    total = 0.0
+    for i in range(warmup + iterations):
+        comm.Barrier()
+        start = MPI.Wtime()
+        call()
+        elapsed = MPI.Wtime() - start
+        if i >= warmup:
+            total += elapsed
+    return total / max(iterations, 1)
+
+
+@dataclass
+class Spread:
+    """Avg, Min and Max across ranks of one per-rank value."""
+
+    avg: float
+    min: float
+    max: float
+
+
+def across_ranks(value: float, comm: MPI.Comm) -> Spread:
+    """Avg/Min/Max of `value` over the ranks of `comm` (every rank gets the result)."""
+    total = comm.allreduce(value, op=MPI.SUM)
+    return Spread(total / comm.Get_size(), comm.allreduce(value, op=MPI.MIN),
+                  comm.allreduce(value, op=MPI.MAX))
