@@ -138,13 +138,26 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
         for i in range(xs.size):
             cs[i] = quantize(xs[i], inv, lv, 8, uniform32(seed, lo + i, stochastic)) & 255
         return
+    # constant bits at each call, so LLVM unrolls the per-byte loop of each case
+    if bits == 4:
+        pack_codes(xs, cs, inv, lv, 4, seed, lo, stochastic)
+    elif bits == 2:
+        pack_codes(xs, cs, inv, lv, 2, seed, lo, stochastic)
+    else:
+        pack_codes(xs, cs, inv, lv, 1, seed, lo, stochastic)
+
+
+@njit(cache=True)
+def pack_codes(xs, cs, inv, lv, bits, seed, lo, stochastic):
+    """Codes of block ``xs``, ``8 // bits`` a byte, lowest bits first (``lo``: block start)."""
+    per = 8 // bits
     mask = (1 << bits) - 1
     for j in range(cs.size):
         byte = 0
-        for t in range(min(per, xs.size - j * per)):
-            i = j * per + t
+        for t in range(per):
+            i = min(j * per + t, xs.size - 1)  # past the end: a repeat, masked out below
             q = quantize(xs[i], inv, lv, bits, uniform32(seed, lo + i, stochastic))
-            byte |= (q & mask) << (t * bits)
+            byte |= (q & mask) << (t * bits) if j * per + t < xs.size else 0
         cs[j] = byte
 
 
@@ -162,6 +175,18 @@ def decode_block(codes, scales, out, b, block, bits, accumulate):
             v = dequantize(np.int8(cs[i]), s, 8)
             os[i] = os[i] + v if accumulate else v
         return
+    if bits == 4:
+        unpack_codes(cs, s, os, 4, accumulate)
+    elif bits == 2:
+        unpack_codes(cs, s, os, 2, accumulate)
+    else:
+        unpack_codes(cs, s, os, 1, accumulate)
+
+
+@njit(cache=True)
+def unpack_codes(cs, s, os, bits, accumulate):
+    """Decode the packed codes ``cs`` of one block of step ``s`` into ``os``."""
+    per = 8 // bits
     mask = (1 << bits) - 1
     half = 1 << (bits - 1)
     for i in range(os.size):
