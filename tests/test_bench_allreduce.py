@@ -1,0 +1,133 @@
+"""zipcoll-bench allreduce: size parsing, validation, table format, and one run on 2 ranks."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from zipcoll.bench import allreduce_bench as bench
+from zipcoll.bench import timing
+
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+    "OMPI_MCA_pml": "ob1",
+    "OMPI_MCA_btl": "self,sm",
+}
+
+
+@pytest.mark.parametrize("text, nbytes", [
+    ("4", 4), ("64K", 64 << 10), ("64M", 64 << 20), ("1G", 1 << 30), ("16k", 16 << 10),
+    ("16KiB", 16 << 10), ("2MB", 2 << 20), (" 8 ", 8),
+])
+def test_parse_size(text, nbytes):
+    assert timing.parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["", "K", "4X", "-4", "1.5M", "4:8"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        timing.parse_size(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("4:64M", (4, 64 << 20)), ("1K:64M", (1024, 64 << 20)), ("64M", (4, 64 << 20)),
+    ("8:", (8, 1 << 20)), ("16:16", (16, 16)),
+])
+def test_parse_range(text, expected):
+    assert timing.parse_range(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8:4", "0:4", "a:b"])
+def test_parse_range_rejects(text):
+    with pytest.raises(ValueError):
+        timing.parse_range(text)
+
+
+def test_message_sizes_double_from_min():
+    assert timing.message_sizes(4, 64) == [4, 8, 16, 32, 64]
+    assert timing.message_sizes(3, 20) == [3, 6, 12]
+    assert timing.message_sizes(1 << 20, 4 << 20) == [1 << 20, 2 << 20, 4 << 20]
+
+
+def test_iteration_counts_follow_osu():
+    assert timing.iteration_counts(8192) == (1000, 100)
+    assert timing.iteration_counts(8193) == (100, 10)
+    assert timing.iteration_counts(4, iterations=3, warmup=1) == (3, 1)
+    assert timing.iteration_counts(1 << 26, iterations=7) == (7, 10)
+
+
+def _buffers(result, exact, send):
+    return bench.Buffers(np.asarray(send), np.asarray(exact), np.asarray(result))
+
+
+def test_compare_floats_within_reordering_tolerance():
+    from mpi4py import MPI
+    send = np.array([1.0, -2.0, 3.0], np.float32)
+    close = send + np.float32(1e-7)
+    assert bench.compare(_buffers(close, send, send), "sum", MPI.COMM_SELF, None).ok
+    far = send + np.float32(1e-3)
+    assert bench.compare(_buffers(far, send, send), "sum", MPI.COMM_SELF, None).ok is False
+
+
+def test_compare_integers_and_max_exactly():
+    from mpi4py import MPI
+    send = np.arange(5, dtype=np.int32)
+    assert bench.compare(_buffers(send, send, send), "sum", MPI.COMM_SELF, None).ok
+    off = send.copy()
+    off[2] += 1
+    assert bench.compare(_buffers(off, send, send), "sum", MPI.COMM_SELF, None).ok is False
+    floats = send.astype(np.float64)
+    assert bench.compare(_buffers(floats + 1e-15, floats, floats), "max",
+                         MPI.COMM_SELF, None).ok is False
+
+
+def test_input_data_differs_by_rank_and_cannot_overflow():
+    a = bench.input_data(1000, np.dtype(np.float32), "sum", 0, 2, seed=0)
+    b = bench.input_data(1000, np.dtype(np.float32), "sum", 1, 2, seed=0)
+    assert a.dtype == np.float32 and not np.array_equal(a, b)
+    small = bench.input_data(1000, np.dtype(np.uint8), "sum", 0, 4, seed=0)
+    assert int(small.max()) * 4 <= 255
+
+
+def test_table_columns_line_up():
+    spread = timing.Spread(2e-3, 1e-3, 3e-3)
+    row = bench.Row(1024, 256, 10, 1, spread, spread, 2, check=bench.Check(True))
+    cols = bench.table_columns(full=True, codec=False, validate=True)
+    header, line = bench.format_header(cols), bench.format_row(row, cols)
+    assert header.startswith("# Size") and len(header) == len(line)
+    assert line.split() == ["1024", "2000.00", "1000.00", "3000.00", "10", "0.001", "0.001",
+                            "2000.00", "1.000", "PASS"]
+
+
+def _mpiexec_env():
+    env = dict(os.environ, **MPI_ENV)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def test_run_on_two_ranks(tmp_path):
+    env = _mpiexec_env()
+    if shutil.which("mpiexec", path=env["PATH"]) is None:
+        pytest.skip("no mpiexec")
+    out = tmp_path / "result.json"
+    cmd = ["mpiexec", "-n", "2", sys.executable, "-m", "zipcoll.bench", "allreduce",
+           "-m", "4:4K", "-i", "3", "-x", "1", "-c", "--algorithm", "ring", "--json", str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# OSU MPI Allreduce Latency Test")
+    assert any(line.startswith("# Timing:") for line in lines)
+    table = [line.split() for line in lines if line and not line.startswith("#")]
+    assert [int(fields[0]) for fields in table] == [4 << i for i in range(11)]
+    assert all(fields[-1] == "PASS" for fields in table)
+    assert "# Validation: PASS" in lines
+    record = json.loads(out.read_text())
+    assert record["ranks"] == 2 and record["algorithm"] == "ring"
+    assert record["mpi_library"] and record["hostname"] and record["timestamp"]
+    assert [r["size"] for r in record["rows"]] == [4 << i for i in range(11)]
+    assert all(r["validation"] == "PASS" and r["avg_us"] > 0 for r in record["rows"])
