@@ -13,7 +13,7 @@ import numpy as np
 
 from zipcoll.collectives.ops import ReduceOp
 from zipcoll.collectives.encoding import Encoder
-from zipcoll.collectives.schedule import Steps, chunk_bounds
+from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in
 from zipcoll.transport import Transport
 
 
@@ -24,36 +24,40 @@ def ring_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np,
     Out of place, `send` is read where it is: every chunk of `buf` is written once, by a
     reduction or by the allgather, so no copy of the input is needed.
     """
-    if t.size == 1:
-        if send is not None:
-            buf[...] = send
-        return
     chunks = chunk_bounds(buf.size, t.size)
-    scratch = t.borrow(max(b - a for a, b in chunks), buf.dtype, xp)
-    try:
-        yield from reduce_scatter_ring(t, buf, chunks, scratch.array, op, tag, xp,
-                                       buf if send is None else send)
-        yield from allgather_ring(t, buf, chunks, tag)
-    finally:
-        t.give_back(scratch, xp)
+    yield from reduce_scatter_ring(t, buf, chunks, op, tag, xp, send)
+    yield from allgather_ring(t, buf, chunks, tag)
 
 
-def reduce_scatter_ring(t: Transport, buf: Any, chunks: list, tmp: Any, op: ReduceOp,
-                        tag: int, xp: Any, send: Any) -> Steps:
-    """p-1 steps; afterwards rank r holds chunk (r + 1) mod p of `buf` reduced over all ranks.
+def owned_chunk(t: Transport) -> int:
+    """The chunk a rank holds complete after a ring reduce-scatter."""
+    return (t.rank + 1) % t.size
+
+
+def reduce_scatter_ring(t: Transport, buf: Any, chunks: list, op: ReduceOp, tag: int,
+                        xp: Any = np, send: Any = None) -> Steps:
+    """p-1 steps; afterwards chunk `owned_chunk(t)` of `buf` is reduced over all ranks.
 
     Chunks of `send` are read the first time they are used; partial sums live in `buf`.
     """
     p, r = t.size, t.rank
+    if p == 1:
+        copy_in(buf, send)
+        return
+    send = buf if send is None else send
     right, left = (r + 1) % p, (r - 1) % p
-    for step in range(p - 1):
-        outgoing = slice(*chunks[(r - step) % p])
-        received = slice(*chunks[(r - step - 1) % p])
-        incoming = tmp[: received.stop - received.start]
-        # step s: pass on the partial sum made last step, take the left one's partial
-        source = send if step == 0 else buf
-        yield t.exchange(source[outgoing], right, incoming, left, tag)
-        op.reduce_into(buf[received], incoming, xp, first=send[received])
+    scratch = t.borrow(max(b - a for a, b in chunks), buf.dtype, xp)
+    try:
+        for step in range(p - 1):
+            outgoing = slice(*chunks[(r - step) % p])
+            received = slice(*chunks[(r - step - 1) % p])
+            incoming = scratch.array[: received.stop - received.start]
+            # step s: pass on the partial sum made last step, take the left one's partial
+            source = send if step == 0 else buf
+            yield t.exchange(source[outgoing], right, incoming, left, tag)
+            op.reduce_into(buf[received], incoming, xp, first=send[received])
+    finally:
+        t.give_back(scratch, xp)
 
 
 def allgather_ring(t: Transport, buf: Any, chunks: list, tag: int) -> Steps:
@@ -74,42 +78,55 @@ def ring_allreduce_compressed(t: Transport, buf: Any, enc: Encoder, tag: int,
     encodes its final chunk once, keeps the decoded value, and the allgather forwards
     those bytes unchanged, so every rank decodes the same bytes into the same bits.
     """
-    if t.size == 1:
-        return
     chunks = chunk_bounds(buf.size, t.size)
+    yield from reduce_scatter_ring_encoded(t, buf, chunks, enc, tag, xp)
+    yield from allgather_ring_encoded(t, buf, chunks, enc, tag, xp)
+
+
+def _payload_slots(t: Transport, buf: Any, chunks: list, enc: Encoder, xp: Any):
+    """Payload sizes of the chunks, and scratch for two payloads (one out, one in)."""
     wire = [enc.wire_bytes(b - a, buf.dtype) for a, b in chunks]
     space = t.borrow(2 * max(wire), np.uint8, xp)
-    slots = (space.array[: max(wire)], space.array[max(wire):])
+    return wire, space, (space.array[: max(wire)], space.array[max(wire):])
+
+
+def reduce_scatter_ring_encoded(t: Transport, buf: Any, chunks: list, enc: Encoder, tag: int,
+                                xp: Any = np) -> Steps:
+    """Compressed reduce-scatter: each hop decodes, adds and re-encodes the partial chunk."""
+    p, r = t.size, t.rank
+    if p == 1:
+        return
+    right, left = (r + 1) % p, (r - 1) % p
+    wire, space, slots = _payload_slots(t, buf, chunks, enc, xp)
     try:
-        yield from _reduce_scatter_encoded(t, buf, chunks, wire, slots, enc, tag)
-        yield from _allgather_encoded(t, buf, chunks, wire, slots, enc, tag)
+        for step in range(p - 1):
+            sent, received = (r - step) % p, (r - step - 1) % p
+            payload = enc.encode(buf[slice(*chunks[sent])], f"ring/rs/{sent}", out=slots[0])
+            incoming = slots[1][: wire[received]]
+            yield t.exchange(payload, right, incoming, left, tag)
+            enc.decode_add(incoming, buf[slice(*chunks[received])])
     finally:
         t.give_back(space, xp)
 
 
-def _reduce_scatter_encoded(t: Transport, buf: Any, chunks: list, wire: list, slots: tuple,
-                            enc: Encoder, tag: int) -> Steps:
+def allgather_ring_encoded(t: Transport, buf: Any, chunks: list, enc: Encoder, tag: int,
+                           xp: Any = np) -> Steps:
+    """Each owner encodes its chunk once (keeping the decoding); the bytes go round unchanged."""
     p, r = t.size, t.rank
+    if p == 1:
+        return
     right, left = (r + 1) % p, (r - 1) % p
-    for step in range(p - 1):
-        sent, received = (r - step) % p, (r - step - 1) % p
-        payload = enc.encode(buf[slice(*chunks[sent])], f"ring/rs/{sent}", out=slots[0])
-        incoming = slots[1][: wire[received]]
-        yield t.exchange(payload, right, incoming, left, tag)
-        enc.decode_add(incoming, buf[slice(*chunks[received])])
-
-
-def _allgather_encoded(t: Transport, buf: Any, chunks: list, wire: list, slots: tuple,
-                       enc: Encoder, tag: int) -> Steps:
-    p, r = t.size, t.rank
-    right, left = (r + 1) % p, (r - 1) % p
-    owned = (r + 1) % p
-    outgoing = enc.encode(buf[slice(*chunks[owned])], f"ring/ag/{owned}", out=slots[0])
-    enc.decode(outgoing, buf[slice(*chunks[owned])])  # the owner keeps what the others get
-    free = 1  # the slot not holding `outgoing`
-    for step in range(p - 1):
-        received = (r - step) % p
-        incoming = slots[free][: wire[received]]
-        yield t.exchange(outgoing, right, incoming, left, tag)
-        enc.decode(incoming, buf[slice(*chunks[received])])
-        outgoing, free = incoming, 1 - free  # forwarded unchanged next step
+    wire, space, slots = _payload_slots(t, buf, chunks, enc, xp)
+    owned = slice(*chunks[owned_chunk(t)])
+    try:
+        outgoing = enc.encode(buf[owned], f"ring/ag/{owned_chunk(t)}", out=slots[0])
+        enc.decode(outgoing, buf[owned])  # the owner keeps what the others get
+        free = 1  # the slot not holding `outgoing`
+        for step in range(p - 1):
+            received = (r - step) % p
+            incoming = slots[free][: wire[received]]
+            yield t.exchange(outgoing, right, incoming, left, tag)
+            enc.decode(incoming, buf[slice(*chunks[received])])
+            outgoing, free = incoming, 1 - free  # forwarded unchanged next step
+    finally:
+        t.give_back(space, xp)
