@@ -1,6 +1,5 @@
 """zipcoll-bench allreduce: size parsing, validation, table format, and one run on 2 ranks."""
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,13 +10,7 @@ import pytest
 from zipcoll.bench import allreduce_bench as bench
 from zipcoll.bench import timing
 
-MPI_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-    "OMPI_MCA_pml": "ob1",
-    "OMPI_MCA_btl": "self,sm",
-}
+from run import mpi_env  # tests/run.py: Open MPI settings, the venv's bin/ first on PATH
 
 
 @pytest.mark.parametrize("text, nbytes", [
@@ -104,14 +97,8 @@ def test_table_columns_line_up():
                             "2000.00", "1.000", "PASS"]
 
 
-def _mpiexec_env():
-    env = dict(os.environ, **MPI_ENV)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    return env
-
-
 def test_run_on_two_ranks(tmp_path):
-    env = _mpiexec_env()
+    env = mpi_env()
     if shutil.which("mpiexec", path=env["PATH"]) is None:
         pytest.skip("no mpiexec")
     out = tmp_path / "result.json"
