@@ -1,0 +1,63 @@
+"""MPI tests: collective outcomes, and the `comm` fixture.
+
+Run under mpiexec through tests/run.py (`mpiexec -n N python -m pytest --with-mpi tests/mpi`).
+
+Outcomes are collective: after each phase of each test (setup, call, teardown) the
+ranks exchange whether they failed, and if any did, the test fails on every rank with a
+message naming the failing ranks. So one rank's failed assert fails the test everywhere
+instead of passing on some ranks while the failing rank falls out of step, and the
+next collective hangs. Skips are not failures. A test that hangs anyway is ended by
+pytest-timeout's thread method (pyproject: timeout, timeout_method = "thread"): it
+dumps the stacks and calls os._exit, and mpiexec then aborts the other ranks.
+"""
+from __future__ import annotations
+
+import pytest
+from mpi4py import MPI
+
+_outcomes = None  # a private duplicate of COMM_WORLD: the exchange never matches a test's messages
+
+
+def _outcome_comm() -> MPI.Intracomm:
+    global _outcomes
+    if _outcomes is None:
+        _outcomes = MPI.COMM_WORLD.Dup()
+    return _outcomes
+
+
+def _collective(phase: str):
+    """Hook wrapper: run the phase, then fail it on every rank if it failed on any."""
+
+    @pytest.hookimpl(wrapper=True)
+    def hook(item):
+        failure = None
+        try:
+            return (yield)
+        except pytest.skip.Exception:
+            raise
+        except (Exception, pytest.fail.Exception) as exc:
+            failure = exc
+            raise
+        finally:
+            failed_ranks = [r for r, f in enumerate(_outcome_comm().allgather(failure is not None)) if f]
+            if failure is not None and len(failed_ranks) > 1:
+                failure.add_note(f"[{phase} failed on ranks {failed_ranks}]")
+            elif failure is None and failed_ranks:
+                # raising in `finally` replaces a normal return: this rank fails too
+                pytest.fail(f"{phase} failed on rank(s) {failed_ranks} of "
+                            f"{MPI.COMM_WORLD.Get_size()} (see rank {failed_ranks[0]}'s output)",
+                            pytrace=False)
+
+    hook.__name__ = f"pytest_runtest_{phase}"
+    return hook
+
+
+pytest_runtest_setup = _collective("setup")
+pytest_runtest_call = _collective("call")
+pytest_runtest_teardown = _collective("teardown")
+
+
+@pytest.fixture
+def comm() -> MPI.Intracomm:
+    """MPI.COMM_WORLD."""
+    return MPI.COMM_WORLD

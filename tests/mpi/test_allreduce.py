@@ -1,0 +1,154 @@
+"""Every algorithm against the MPI library's own Allreduce, for every op x dtype MPI defines.
+
+One test per (algorithm, op, dtype) makes all its calls first — sizes 0, 1, p-1, p and
+1001, out of place and in place — then checks every result: the same as comm.Allreduce
+(bit for bit, floats within reordering error), the send buffer and the receive buffer's
+tail untouched, and bit-identical on every rank. The other entry points (new result,
+Intracomm, iallreduce) and about 1 MiB run for a few (op, dtype) only, to stay fast.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import zipcoll
+from arrays import (OP_DTYPE_CASES, all_rank_data, differing_across_ranks, expected, mismatch,
+                    rank_data)
+from zipcoll.collectives.ops import BY_NAME
+
+pytestmark = pytest.mark.mpi
+
+# Lossless for every op and dtype; twophase and allgather (codec=None: raw values on the
+# wire) take float SUMs only. Two-level algorithms have their own tests.
+LOSSLESS = ("auto", "native", "ring", "tree", "dbtree", "rabenseifner")
+FLOAT_SUM_ONLY = ("twophase", "allgather")
+
+
+def algorithm_cases(cases: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(algorithm, op, dtype) for every algorithm that supports the op on the dtype."""
+    cases_ = []
+    for op, dtype in cases:
+        float_sum = op == "sum" and dtype.startswith("float")
+        algorithms = LOSSLESS + (FLOAT_SUM_ONLY if float_sum else ())
+        cases_ += [(a, op, dtype) for a in algorithms if a in zipcoll.ALGORITHMS]
+    return cases_
+
+
+
+SENTINEL_TAIL = 3  # extra receive-buffer items that must stay untouched
+
+
+def by_function(x: np.ndarray, op: str, comm: MPI.Intracomm, algorithm: str) -> dict:
+    """zipcoll.allreduce, out of place (into a longer buffer) and in place."""
+    recv = np.zeros(x.size + SENTINEL_TAIL, x.dtype)
+    zipcoll.allreduce(x, recv, op=BY_NAME[op].mpi, comm=comm, algorithm=algorithm)
+    inplace = x.copy()
+    zipcoll.allreduce(MPI.IN_PLACE, inplace, op=BY_NAME[op].mpi, comm=comm, algorithm=algorithm)
+    return {"allreduce": recv, "allreduce IN_PLACE": inplace}
+
+
+def by_other_entry_points(x: np.ndarray, op: str, comm: MPI.Intracomm, algorithm: str) -> dict:
+    """A new result array (op by name), Intracomm.Allreduce, and iallreduce."""
+    new = zipcoll.allreduce(x, op=op, comm=comm, algorithm=algorithm)
+    zcomm = zipcoll.Intracomm(comm, algorithm=algorithm)
+    recv = np.zeros(x.size + SENTINEL_TAIL, x.dtype)
+    zcomm.Allreduce(x, recv, op=BY_NAME[op].mpi)
+    inplace = x.copy()
+    zcomm.Allreduce(MPI.IN_PLACE, inplace, op=BY_NAME[op].mpi)
+    started = zipcoll.iallreduce(x, op=op, comm=comm, algorithm=algorithm).wait()
+    return {"allreduce new": new, "Intracomm.Allreduce": recv,
+            "Intracomm.Allreduce IN_PLACE": inplace, "iallreduce": started}
+
+
+def check_all(comm: MPI.Intracomm, op: str, dtype: str, counts: list[int], algorithm: str,
+              callers: list[Callable[..., dict]]) -> list[str]:
+    """Run every (count, caller) first, then check; the problems found, each naming its case."""
+    runs = []
+    for count in counts:
+        x = rank_data(dtype, count, comm.rank, op)
+        sent = x.copy()
+        ref = expected(comm, x, op)
+        results = {}
+        for call in callers:
+            results.update(call(x, op, comm, algorithm))
+        runs.append((count, x, sent, ref, results))
+    problems, finals = [], {}
+    for count, x, sent, ref, results in runs:
+        parts = all_rank_data(dtype, count, comm.size, op)
+        if not np.array_equal(x.view(np.uint8), sent.view(np.uint8)):
+            problems.append(f"count={count}: sendbuf was modified")
+        for how, got in results.items():
+            case = f"count={count} {how}"
+            got = np.asarray(got)
+            if got.size == count + SENTINEL_TAIL:
+                if np.any(got[count:]):
+                    problems.append(f"{case}: wrote past count into the receive buffer")
+                got = got[:count]
+            why = mismatch(got, ref, parts, op)
+            if why:
+                problems.append(f"{case}: {why}")
+            finals[case] = got
+    problems += [f"{case}: not bit-identical across ranks"
+                 for case in differing_across_ranks(comm, finals)]
+    return problems
+
+
+def small_counts(size: int) -> list[int]:
+    return sorted({0, 1, size - 1, size, 1001})
+
+
+@pytest.mark.parametrize("algorithm,op,dtype", algorithm_cases(OP_DTYPE_CASES))
+def test_matches_mpi(comm, algorithm, op, dtype):
+    problems = check_all(comm, op, dtype, small_counts(comm.size), algorithm, [by_function])
+    assert not problems, "\n".join(problems)
+
+
+# One dtype per op is enough for the entry points that share allreduce's code path.
+ENTRY_POINT_CASES = [("sum", "float64"), ("prod", "int16"), ("max", "float32"),
+                     ("min", "uint32"), ("land", "bool"), ("lxor", "int8"), ("bor", "uint64")]
+
+
+@pytest.mark.parametrize("algorithm,op,dtype", algorithm_cases(ENTRY_POINT_CASES))
+def test_entry_points_match_mpi(comm, algorithm, op, dtype):
+    problems = check_all(comm, op, dtype, small_counts(comm.size), algorithm,
+                         [by_other_entry_points])
+    assert not problems, "\n".join(problems)
+
+
+LARGE_CASES = [("sum", "float32"), ("sum", "int32"), ("max", "float64"), ("bxor", "uint8")]
+
+
+@pytest.mark.parametrize("algorithm,op,dtype", algorithm_cases(LARGE_CASES))
+def test_matches_mpi_1mib(comm, algorithm, op, dtype):
+    # a little over 1 MiB: several tree segments, chunks that do not divide evenly
+    count = (1 << 20) // np.dtype(dtype).itemsize + 7
+    problems = check_all(comm, op, dtype, [count], algorithm, [by_function])
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("algorithm", zipcoll.ALGORITHMS)
+def test_keeps_shape(comm, algorithm):
+    x = rank_data("float64", 24, comm.rank).reshape(2, 3, 4)
+    got = zipcoll.allreduce(x, comm=comm, algorithm=algorithm)
+    recv = np.empty_like(x)
+    zipcoll.allreduce(x, recv, comm=comm, algorithm=algorithm)
+    ref = expected(comm, x, "sum")
+    parts = [p.reshape(-1) for p in all_rank_data("float64", 24, comm.size)]
+    assert type(got) is np.ndarray and got.shape == (2, 3, 4)
+    assert mismatch(got, ref.reshape(-1), parts, "sum") is None
+    assert mismatch(recv, ref.reshape(-1), parts, "sum") is None
+
+
+def special_values(dtype: Any) -> np.ndarray:
+    return np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], dtype)
+
+
+@pytest.mark.parametrize("algorithm", zipcoll.ALGORITHMS)
+def test_nan_and_inf_pass_through(comm, algorithm):
+    x = special_values("float32")
+    got = zipcoll.allreduce(x, comm=comm, algorithm=algorithm)
+    ref = expected(comm, x, "sum")
+    np.testing.assert_array_equal(got, ref)  # NaN where MPI gives NaN, same infinities
