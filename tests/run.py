@@ -7,7 +7,8 @@
     python tests/run.py -- tests/mpi/test_allreduce.py   # test paths replace the defaults
 
 Only rank 0's pytest output is shown; the other ranks write theirs to log files that
-are printed when their run fails. Counts come from rank 0's JUnit XML report. Each
+are printed when their run fails. Counts come from rank 0's test log (ZIPCOLL_TEST_LOG,
+written by tests/conftest.py as tests finish, so a run that dies still has them). Each
 run has a wall-clock limit (--run-timeout), so a hang becomes a failure, not a stall.
 The last line is "N passed, N failed, N skipped"; the exit status is non-zero when any
 run failed, errored, crashed or timed out (a run that collects no tests is fine).
@@ -21,8 +22,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import json
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,11 +127,11 @@ def sizes(text: str) -> list[int]:
 
 
 def run_serial(args: argparse.Namespace, tmp: Path) -> Outcome:
-    xml = tmp / "serial.xml"
     where = args.serial_paths or ["tests", "--ignore=tests/mpi"]
-    cmd = [sys.executable, "-m", "pytest", *where, "-q", f"--junitxml={xml}", *args.pytest_args]
+    cmd = [sys.executable, "-m", "pytest", *where, "-q", *args.pytest_args]
     banner("serial tests: " + " ".join(cmd[1:]))
-    return run("serial", cmd, xml, os.environ.copy(), args.run_timeout)
+    log = tmp / "serial.jsonl"
+    return run("serial", cmd, log, dict(os.environ, ZIPCOLL_TEST_LOG=str(log)), args.run_timeout)
 
 
 def run_mpi(n: int, args: argparse.Namespace, tmp: Path) -> Outcome:
@@ -142,7 +143,7 @@ def run_mpi(n: int, args: argparse.Namespace, tmp: Path) -> Outcome:
            "--as-rank", str(logs), *pytest_args]
     banner(f"MPI tests on {n} rank{'s' * (n > 1)}: mpiexec -n {n} python -m pytest "
            + " ".join(pytest_args))
-    outcome = run(f"mpi -n {n}", cmd, logs / "rank0.xml", mpi_env(), args.run_timeout)
+    outcome = run(f"mpi -n {n}", cmd, logs / "rank0.jsonl", mpi_env(), args.run_timeout)
     if not outcome.ok:
         show_rank_logs(logs)
     return outcome
@@ -167,7 +168,7 @@ def mpi_env() -> dict[str, str]:
     return env
 
 
-def run(name: str, cmd: list[str], xml: Path, env: dict, limit: float) -> Outcome:
+def run(name: str, cmd: list[str], log: Path, env: dict, limit: float) -> Outcome:
     """Run one pytest command (in its own process group, killed at `limit` seconds)."""
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
@@ -180,10 +181,12 @@ def run(name: str, cmd: list[str], xml: Path, env: dict, limit: float) -> Outcom
         if isinstance(exc, KeyboardInterrupt):
             raise
         status, problem = None, f"timed out after {limit:.0f} s (killed)"
-    outcome = read_junit(name, xml)
+    outcome, finished, running = read_log(name, log)
     outcome.seconds = time.monotonic() - start
-    if not problem and not xml.exists():
-        problem = f"crashed before reporting (exit status {status})"
+    if running:
+        problem = (problem or f"died (exit status {status})") + f" during {running}"
+    elif not problem and not finished:
+        problem = f"died before running any test (exit status {status})"
     elif not problem and status not in (0, NO_TESTS_COLLECTED) and outcome.ok:
         problem = f"exit status {status} with no failed test (a rank failed outside pytest?)"
     outcome.problem = problem
@@ -204,20 +207,30 @@ def kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def read_junit(name: str, xml: Path) -> Outcome:
-    """Counts from a JUnit XML report (all zero if there is none)."""
-    outcome = Outcome(name)
-    if not xml.exists():
-        return outcome
-    root = ET.parse(xml).getroot()
-    for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
-        total, failed, errors, skipped = (int(suite.get(k, 0))
-                                          for k in ("tests", "failures", "errors", "skipped"))
-        outcome.failed += failed
-        outcome.errors += errors
-        outcome.skipped += skipped
-        outcome.passed += total - failed - errors - skipped
-    return outcome
+def read_log(name: str, log: Path) -> tuple[Outcome, bool, str]:
+    """Counts from a ZIPCOLL_TEST_LOG file (see tests/conftest.py), whether the session
+    finished, and the test that was running when the log ends."""
+    outcome, finished, running = Outcome(name), False, ""
+    if not log.exists():
+        return outcome, finished, running
+    for line in log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a dying process
+        if entry["event"] == "start":
+            running = entry["nodeid"]
+        elif entry["event"] == "finish":
+            finished, running = True, ""
+        elif entry["outcome"] == "skipped":
+            outcome.skipped += 1
+        elif entry["outcome"] == "passed":
+            outcome.passed += 1
+        elif entry["when"] == "call":
+            outcome.failed += 1
+        else:
+            outcome.errors += 1
+    return outcome, finished, running
 
 
 def show_rank_logs(logs: Path) -> None:
@@ -255,8 +268,8 @@ def as_rank(logdir: str, pytest_args: list[str]) -> int:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-    xml = os.path.join(logdir, f"rank{rank}.xml")
-    os.execv(sys.executable, [sys.executable, "-m", "pytest", f"--junitxml={xml}", *pytest_args])
+    os.environ["ZIPCOLL_TEST_LOG"] = os.path.join(logdir, f"rank{rank}.jsonl")
+    os.execv(sys.executable, [sys.executable, "-m", "pytest", *pytest_args])
     return 1  # not reached
 
 

@@ -39,17 +39,23 @@ def _collective(phase: str):
             failure = exc
             raise
         finally:
-            failed_ranks = [r for r, f in enumerate(_outcome_comm().allgather(failure is not None)) if f]
-            if failure is not None and len(failed_ranks) > 1:
-                failure.add_note(f"[{phase} failed on ranks {failed_ranks}]")
-            elif failure is None and failed_ranks:
+            why = None if failure is None else _short(failure)
+            failed = {r: w for r, w in enumerate(_outcome_comm().allgather(why)) if w is not None}
+            if failure is not None and len(failed) > 1:
+                failure.add_note(f"[{phase} failed on ranks {sorted(failed)}]")
+            elif failure is None and failed:
                 # raising in `finally` replaces a normal return: this rank fails too
-                pytest.fail(f"{phase} failed on rank(s) {failed_ranks} of "
-                            f"{MPI.COMM_WORLD.Get_size()} (see rank {failed_ranks[0]}'s output)",
-                            pytrace=False)
+                lines = "\n".join(f"  rank {r}: {w}" for r, w in failed.items())
+                pytest.fail(f"{phase} failed on {len(failed)} of {MPI.COMM_WORLD.Get_size()} "
+                            f"ranks (tests/run.py prints their output):\n{lines}", pytrace=False)
 
     hook.__name__ = f"pytest_runtest_{phase}"
     return hook
+
+
+def _short(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:200]}"
 
 
 pytest_runtest_setup = _collective("setup")
