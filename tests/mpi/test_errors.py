@@ -1,0 +1,170 @@
+"""Bad arguments: a clear exception on every rank, before any message, buffers untouched.
+
+Where every rank passes the same bad arguments, each raises the reason itself (with or
+without the agreement check). Where ranks disagree, or only one rank's arguments are
+bad, the agreement check (every algorithm but native; native too with ZIPCOLL_DEBUG=1)
+makes the others raise MismatchError instead of waiting. Each test ends with a good call,
+to show the communicator is still in step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import zipcoll
+from arrays import expected, rank_data
+from zipcoll.errors import MismatchError
+
+pytestmark = pytest.mark.mpi
+
+CHECKED = ("ring", "tree", "dbtree", "rabenseifner")  # run the agreement check
+N = 16
+
+
+def raised(fn) -> BaseException | None:
+    """The exception `fn()` raised, or None."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the test asserts on the type
+        return exc
+    return None
+
+
+def assert_still_in_step(comm, algorithm: str) -> None:
+    """A good call after the failed one gives MPI's answer."""
+    x = rank_data("float64", N, comm.rank)
+    got = zipcoll.allreduce(x, comm=comm, algorithm=algorithm)
+    np.testing.assert_allclose(got, expected(comm, x), rtol=1e-12, atol=1e-12)
+
+
+def buffers() -> tuple[np.ndarray, np.ndarray]:
+    """A send and a receive buffer with recognisable contents."""
+    return np.arange(N, dtype=np.float32), np.full(N, -7.0, np.float32)
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+# (id, exception, make (sendbuf, recvbuf, op) from fresh buffers)
+SAME_ON_EVERY_RANK = [
+    ("recvbuf too small", ValueError, lambda s, r: (s, r[: N - 1], MPI.SUM)),
+    ("recvbuf read-only", ValueError, lambda s, r: (s, readonly(r), MPI.SUM)),
+    ("IN_PLACE recvbuf read-only", ValueError, lambda s, r: (MPI.IN_PLACE, readonly(r), MPI.SUM)),
+    ("IN_PLACE without recvbuf", ValueError, lambda s, r: (MPI.IN_PLACE, None, MPI.SUM)),
+    ("BAND on float32", TypeError, lambda s, r: (s, r, MPI.BAND)),
+    ("MAX on complex64", TypeError,
+     lambda s, r: (s.astype(np.complex64), r.astype(np.complex64), MPI.MAX)),
+    ("LAND on float32 by name", TypeError, lambda s, r: (s, r, "land")),
+    ("dtype mismatch", TypeError, lambda s, r: (s, r.astype(np.float64), MPI.SUM)),
+    ("sendbuf not contiguous", ValueError,
+     lambda s, r: (np.repeat(s, 2)[::2], r, MPI.SUM)),
+    ("recvbuf not contiguous", ValueError,
+     lambda s, r: (s, np.repeat(r, 2)[::2], MPI.SUM)),
+    ("sendbuf not a buffer", TypeError, lambda s, r: ("not a buffer", r, MPI.SUM)),
+    ("unknown op name", ValueError, lambda s, r: (s, r, "average")),
+    ("op not an op", TypeError, lambda s, r: (s, r, 3)),
+]
+
+
+@pytest.mark.parametrize("algorithm", ("native", "auto") + CHECKED)
+@pytest.mark.parametrize("exception,make", [c[1:] for c in SAME_ON_EVERY_RANK],
+                         ids=[c[0] for c in SAME_ON_EVERY_RANK])
+def test_bad_arguments_raise_on_every_rank(comm, algorithm, exception, make):
+    send, recv = buffers()
+    sendbuf, recvbuf, op = make(send, recv)
+    before = [np.array(b, copy=True) for b in (sendbuf, recvbuf) if isinstance(b, np.ndarray)]
+    error = raised(lambda: zipcoll.allreduce(sendbuf, recvbuf, op=op, comm=comm,
+                                             algorithm=algorithm))
+    after = [b for b in (sendbuf, recvbuf) if isinstance(b, np.ndarray)]
+    assert type(error) is exception, f"expected {exception.__name__}, got {error!r}"
+    assert not isinstance(error, MismatchError)
+    for old, new in zip(before, after):
+        np.testing.assert_array_equal(new, old)  # nothing the caller owns was modified
+    assert_still_in_step(comm, algorithm)
+
+
+@pytest.mark.parametrize("call", [zipcoll.allreduce, zipcoll.iallreduce])
+def test_unknown_algorithm(comm, call):
+    send, recv = buffers()
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        call(send, recv, comm=comm, algorithm="nope")
+    np.testing.assert_array_equal(recv, buffers()[1])
+
+
+def test_intracomm_unknown_algorithm(comm):
+    with pytest.raises(ValueError, match="nope"):
+        zipcoll.Intracomm(comm, algorithm="nope")
+
+
+def test_iallreduce_bad_argument_raises_at_the_call(comm):
+    send, recv = buffers()
+    with pytest.raises(ValueError):
+        zipcoll.iallreduce(send, readonly(recv), comm=comm, algorithm="ring")
+    assert_still_in_step(comm, "ring")
+
+
+# -- ranks that disagree ------------------------------------------------------------------
+
+def disagreeing(comm, field: str):
+    """(sendbuf, recvbuf, op, algorithm) where rank 0 differs from the others in `field`."""
+    odd = comm.rank == 0
+    count = N + 1 if odd and field == "count" else N
+    dtype = np.float64 if odd and field == "dtype" else np.float32
+    op = MPI.MAX if odd and field == "op" else MPI.SUM
+    algorithm = "tree" if odd and field == "algorithm" else "ring"
+    return np.ones(count, dtype), np.full(count, -7, dtype), op, algorithm
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("field", ["count", "dtype", "op", "algorithm"])
+def test_disagreement_raises_mismatch_on_every_rank(comm, field):
+    send, recv, op, algorithm = disagreeing(comm, field)
+    error = raised(lambda: zipcoll.allreduce(send, recv, op=op, comm=comm, algorithm=algorithm))
+    assert isinstance(error, MismatchError), repr(error)
+    assert field in str(error)
+    assert np.all(recv == -7)
+    assert_still_in_step(comm, "ring")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("field", ["count", "dtype", "op", "algorithm"])
+def test_disagreement_on_native_is_caught_in_debug_mode(comm, monkeypatch, field):
+    monkeypatch.setenv("ZIPCOLL_DEBUG", "1")
+    send, recv, op, algorithm = disagreeing(comm, field)
+    algorithm = algorithm.replace("ring", "native")  # the others run native
+    error = raised(lambda: zipcoll.allreduce(send, recv, op=op, comm=comm, algorithm=algorithm))
+    assert isinstance(error, MismatchError), repr(error)
+    assert np.all(recv == -7)
+    assert_still_in_step(comm, "native")
+
+
+# (id, exception on the bad rank, bad (sendbuf, recvbuf, op) from fresh buffers)
+BAD_ON_ONE_RANK = [
+    ("recvbuf read-only", ValueError, lambda s, r: (s, readonly(r), MPI.SUM)),
+    ("recvbuf too small", ValueError, lambda s, r: (s, r[:-1], MPI.SUM)),
+    ("sendbuf not a buffer", TypeError, lambda s, r: (object(), r, MPI.SUM)),
+    ("dtype mismatch", TypeError, lambda s, r: (s, r.astype(np.float64), MPI.SUM)),
+]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algorithm", CHECKED)
+@pytest.mark.parametrize("exception,make", [c[1:] for c in BAD_ON_ONE_RANK],
+                         ids=[c[0] for c in BAD_ON_ONE_RANK])
+def test_bad_argument_on_one_rank(comm, algorithm, exception, make):
+    bad_rank = 1
+    send, recv = buffers()
+    sendbuf, recvbuf, op = make(send, recv) if comm.rank == bad_rank else (send, recv, MPI.SUM)
+    error = raised(lambda: zipcoll.allreduce(sendbuf, recvbuf, op=op, comm=comm,
+                                             algorithm=algorithm))
+    if comm.rank == bad_rank:
+        assert type(error) is exception, repr(error)
+    else:
+        assert isinstance(error, MismatchError), repr(error)
+        assert "another rank" in str(error)
+    np.testing.assert_array_equal(recv, buffers()[1])
+    np.testing.assert_array_equal(send, buffers()[0])
+    assert_still_in_step(comm, algorithm)
