@@ -4,15 +4,20 @@
     import numpy as np, zipcoll
 
     total = zipcoll.allreduce(np.ones(1 << 20, np.float32), algorithm="ring")
+    approx = zipcoll.allreduce(x, algorithm="hierarchical", codec="int8", key="grad")
     comm = zipcoll.Intracomm(MPI.COMM_WORLD)   # drop-in: comm.Allreduce(...) is zipcoll's
 """
-from zipcoll.collectives import ALGORITHMS, Intracomm, Request, allreduce, iallreduce
-from zipcoll.collectives import sparse_allgather, sparse_allreduce
+from zipcoll.codecs import get_codec, list_codecs
+from zipcoll.collectives import (ALGORITHMS, Intracomm, Request, allreduce, iallreduce,
+                                 sparse_allgather, sparse_allreduce)
+from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import MismatchError, MissingDependencyError, ZipcollError
+from zipcoll.topologies import Topology
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
-    "ZipcollError", "allreduce", "iallreduce", "sparse_allgather", "sparse_allreduce",
+    "Topology", "ZipcollError", "allreduce", "feedback", "get_codec", "iallreduce",
+    "list_codecs", "sparse_allgather", "sparse_allreduce",
 ]

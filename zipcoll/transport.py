@@ -29,6 +29,8 @@ class Transport:
         self.size = comm.Get_size()
         self._calls = 0
         self._scratch: dict[str, list[Any]] = {}
+        self._subs: dict[Any, tuple["Transport", ...]] = {}
+        self.topology: Any = None  # set by the collectives on first use
 
     def next_tag(self) -> int:
         """The first of TAGS_PER_CALL tags for one call: calls in flight never share one."""
@@ -96,9 +98,19 @@ class Transport:
         if len(pool) < _SCRATCH_KEPT:
             pool.append(scratch.raw)
 
+    def sub_transports(self, key: Any, split: Any) -> tuple["Transport", ...]:
+        """Transports over sub-communicators `split(self.comm)` makes (collective once, cached)."""
+        if key not in self._subs:
+            self._subs[key] = tuple(Transport(comm) for comm in split(self.comm))
+        return self._subs[key]
+
     def free(self) -> None:
-        """Free the private communicator (no-op once MPI is finalized)."""
+        """Free the private communicator and its sub-communicators (no-op after Finalize)."""
         self._scratch.clear()
+        subs = [sub for group in self._subs.values() for sub in group]
+        self._subs.clear()
+        for sub in subs:
+            sub.free()
         if not MPI.Is_finalized() and self.comm != MPI.COMM_NULL:
             self.comm.Free()
 

@@ -1,23 +1,31 @@
 """algorithm="auto": which algorithm a call gets.
 
-For now a size rule (a cost model over the topology replaces it later): the MPI
-library's own Allreduce is the right answer for small messages and on one rank; past
-AUTO_RING_BYTES the bandwidth-optimal ring. Every rank decides alike from (bytes, size).
+For now rules over size and topology (a cost model replaces them later). The MPI
+library's own Allreduce is the right answer for small messages; past AUTO_LARGE_BYTES
+the bandwidth-optimal ring on one node, the hierarchical schedule across nodes. A codec
+is used only across nodes: on one node's shared memory, compressing costs more than it
+saves. Every rank decides alike from (bytes, topology, codec).
 """
 from __future__ import annotations
 
 import os
+from typing import Any
 
-AUTO_RING_BYTES = int(os.environ.get("ZIPCOLL_AUTO_RING_BYTES", 64 << 20))
-
-
-def choose(nbytes: int, size: int, device: str) -> str:
-    """The algorithm "auto" runs for a message of `nbytes` on `size` ranks."""
-    if size == 1 or nbytes < AUTO_RING_BYTES:
-        return "native"
-    return "ring"
+AUTO_LARGE_BYTES = int(os.environ.get("ZIPCOLL_AUTO_LARGE_BYTES", 16 << 20))
 
 
-def choose_compressed(nbytes: int, size: int, codec) -> str:
-    """The schedule "auto" runs with a codec: per-hop ring, or allgather for any-size payloads."""
-    return "ring" if codec.fixed_size else "allgather"
+def choose(nbytes: int, topology: Any, codec: Any) -> tuple[str, bool]:
+    """(algorithm, whether to use the codec) for a message of `nbytes` on `topology`."""
+    across_nodes = topology.num_nodes > 1 and topology.is_uniform
+    if codec is not None and across_nodes:
+        return f"hierarchical:{default_inner(codec)}", True
+    if topology.size == 1 or nbytes < AUTO_LARGE_BYTES:
+        return "native", False
+    if across_nodes and topology.local_size > 1:
+        return "hierarchical:ring", False
+    return "ring", False
+
+
+def default_inner(codec: Any) -> str:
+    """The inter-node schedule of a two-level algorithm: ring, or allgather for any-size payloads."""
+    return "ring" if codec is None or codec.fixed_size else "allgather"
