@@ -307,6 +307,7 @@ def test_error_feedback_tracks_the_sum():
     assert np.abs(total - sent).max() < np.abs(total).max()
     assert codec.keys() == ["w"]
     codec.encode(data(8), key="b")
+    assert codec.nbytes() == (512 + 8) * 4
     codec.reset("w")
     assert codec.keys() == ["b"]
     with pytest.raises(ValueError):

@@ -72,7 +72,7 @@ def measure(codec, x: np.ndarray, iterations: int, warmup: int, copy_s: float) -
     finite = np.isfinite(y)
     gbs = lambda s: x.nbytes / s / 1e9  # noqa: E731
     return {
-        "codec": str(codec.get_config()), "spec": None, "bytes": x.nbytes, "n": n,
+        "config": codec.get_config(), "spec": None, "bytes": x.nbytes, "n": n,
         "encode_GBps": gbs(encode_s), "decode_GBps": gbs(decode_s),
         "decode_add_GBps": gbs(add_s), "memcpy_GBps": gbs(copy_s),
         "encode_vs_copy": copy_s / encode_s, "decode_add_vs_copy": copy_s / add_s,

@@ -9,7 +9,7 @@ Codecs: ``none``, ``fp16``, ``bf16``, ``int8``, ``int4``, ``int2``, ``qsgd``, ``
 ``sign``, ``topk``, ``randomk``, ``threshold``, and ``feedback`` (``ErrorFeedback``).
 No MPI here: the collectives move the payloads.
 """
-from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, Header, UnknownCodecError,
+from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, Header, Payload, UnknownCodecError,
                    get_codec, list_codecs, parse_spec, read_header, register_codec)
 from .cast import BF16, FP16, Raw
 from .feedback import ErrorFeedback
@@ -18,7 +18,7 @@ from .sign import Sign
 from .sparsify import RandomK, Threshold, TopK
 
 __all__ = [
-    "Codec", "Header", "UnknownCodecError", "get_codec", "list_codecs", "parse_spec",
+    "Codec", "Header", "Payload", "UnknownCodecError", "get_codec", "list_codecs", "parse_spec",
     "read_header", "register_codec", "HEADER_BYTES", "FLAG_LOST_NONFINITE",
     "Raw", "FP16", "BF16", "BlockQuantizer", "Int8", "Int4", "Int2", "QSGD", "TernGrad",
     "Sign", "TopK", "RandomK", "Threshold", "ErrorFeedback",

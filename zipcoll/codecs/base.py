@@ -33,6 +33,9 @@ _HEADER = np.dtype([("magic", "<u2"), ("version", "u1"), ("tag", "u1"), ("dtype"
 _DTYPES = {1: np.dtype(np.float16), 2: np.dtype(np.float32), 3: np.dtype(np.float64)}
 _DTYPE_CODES = {dt: code for code, dt in _DTYPES.items()}
 
+#: what ``encode`` returns and ``decode`` takes: a 1-D uint8 array (NumPy, or CuPy on a GPU)
+Payload = Any
+
 _REGISTRY: dict[str, type["Codec"]] = {}
 _TAGS: dict[int, str] = {}
 
@@ -192,7 +195,7 @@ class Codec(abc.ABC):
         return f"{type(self).__name__}({args})"
 
     # -- the contract ------------------------------------------------------------------
-    def encode(self, x, out=None, seed: int | None = None):
+    def encode(self, x, out=None, seed: int | None = None) -> Payload:
         """Payload of 1-D float array ``x``; into ``out`` (uint8, ``wire_bytes`` long) if given.
 
         ``seed`` overrides the codec's random stream for this call (stochastic codecs).
@@ -203,7 +206,7 @@ class Codec(abc.ABC):
             out = self._as(bk, out)
         return self._encode(bk, x, out, self._call_seed(seed))
 
-    def decode(self, payload, out=None):
+    def decode(self, payload: Payload, out=None):
         """The array that ``payload`` encodes, written into ``out`` if given."""
         bk, p, h = self._open(payload, out)
         if out is None:
@@ -213,7 +216,7 @@ class Codec(abc.ABC):
         self._decode_checked(bk, h, p, out, accumulate=False)
         return out
 
-    def decode_add(self, payload, acc):
+    def decode_add(self, payload: Payload, acc):
         """``acc += decode(payload)`` without a temporary: the reduce step's hot path."""
         bk, p, h = self._open(payload, acc)
         acc = self._as(bk, acc)

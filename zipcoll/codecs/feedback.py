@@ -62,8 +62,10 @@ class ErrorFeedback(Codec):
         residual = self._codec.decode(payload, out=residual)
         residual *= -1
         residual += target  # target - decoded, in place
-        keep = bool(_all_finite(residual))
-        self._residuals.pop(key, None) if not keep else self._residuals.__setitem__(key, residual)
+        if _all_finite(residual):
+            self._residuals[key] = residual
+        else:
+            self._residuals.pop(key, None)
         return payload
 
     def reset(self, key: Hashable = ...) -> None:
@@ -77,12 +79,16 @@ class ErrorFeedback(Codec):
         """The keys that hold a residual."""
         return list(self._residuals)
 
+    def nbytes(self) -> int:
+        """Bytes held by the residuals of all keys."""
+        return sum(int(r.nbytes) for r in self._residuals.values())
+
     def wire_bytes(self, n: int, dtype="float32") -> int:
         """As the inner codec."""
         return self._codec.wire_bytes(n, dtype)
 
     def error_bound(self, x) -> np.ndarray:
-        """As the inner codec, for one encode of ``x`` plus the residual it was given."""
+        """The inner codec's bound for ``x`` alone (a payload here encodes x + residual)."""
         return self._codec.error_bound(x)
 
     def decode(self, payload, out=None):
