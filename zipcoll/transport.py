@@ -133,7 +133,9 @@ def transport_for(comm: MPI.Comm) -> Transport:
         _keyval = MPI.Comm.Create_keyval(delete_fn=_delete_transport)
     transport = comm.Get_attr(_keyval)
     if transport is None:
-        transport = Transport(comm.Dup())
+        # Dup() keeps the caller's class: a zipcoll.Intracomm's Allreduce would recurse
+        plain = MPI.Intracomm(comm) if isinstance(comm, MPI.Intracomm) else MPI.Comm(comm)
+        transport = Transport(plain.Dup())
         comm.Set_attr(_keyval, transport)
     return transport
 
