@@ -1,0 +1,172 @@
+"""zipcoll.Intracomm as a drop-in mpi4py communicator, over every kind of buffer.
+
+As in mpi4py's test_cco_buf.py, a mixin holds the tests and small subclasses set what
+varies: here the algorithm. Each test runs over the buffer kinds of arrays.KINDS and
+mpi4py's buffer specs, and compares with the MPI library's own Allreduce.
+"""
+from __future__ import annotations
+
+import array as pyarray
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import zipcoll
+from arrays import KINDS, DLPackOnly, expected, rank_data, view
+from zipcoll.collectives.ops import BY_NAME, lookup
+
+pytestmark = pytest.mark.mpi
+
+N = 37  # not a multiple of any world size here
+
+# One (dtype, op) per kind, so every kind's reduction is exact and comparable bit for bit.
+KIND_CASES = {
+    "numpy": ("float32", "max"),
+    "array.array": ("int32", "sum"),
+    "bytearray": ("uint8", "band"),
+    "memoryview": ("int64", "prod"),
+    "dlpack": ("uint16", "bxor"),
+}
+
+
+def kind_params():
+    return [pytest.param(kind, dtype, BY_NAME[op].mpi, id=kind.name)
+            for kind in KINDS for dtype, op in [KIND_CASES[kind.name]]]
+
+
+def make_input(kind, dtype, op, rank, count=N):
+    data = rank_data(dtype, count, rank, lookup(op).name)
+    return data, kind.make(data)
+
+
+def add_op_fn(inbuf, outbuf, datatype):
+    """A user-defined op: outbuf += inbuf, as float64."""
+    out = np.frombuffer(outbuf, np.float64)
+    out += np.frombuffer(inbuf, np.float64)
+
+
+ADD = MPI.Op.Create(add_op_fn, commute=True)
+
+
+class BaseIntracomm:
+    """The tests; subclasses set ALGORITHM."""
+
+    ALGORITHM = "auto"
+
+    @pytest.fixture
+    def zcomm(self, comm):
+        return zipcoll.Intracomm(comm, algorithm=self.ALGORITHM)
+
+    def test_is_an_mpi_intracomm(self, comm, zcomm):
+        assert isinstance(zcomm, MPI.Intracomm)
+        assert zcomm == comm  # the same communicator, not a copy
+        assert (zcomm.Get_rank(), zcomm.Get_size()) == (comm.Get_rank(), comm.Get_size())
+        value = zcomm.bcast("hello" if comm.rank == 0 else None, root=0)
+        assert value == "hello"
+
+    @pytest.mark.parametrize("kind,dtype,op", kind_params())
+    def test_kinds(self, comm, zcomm, kind, dtype, op):
+        data, sendbuf = make_input(kind, dtype, op, comm.rank)
+        recvbuf = kind.make(np.zeros_like(data))
+        zcomm.Allreduce(sendbuf, recvbuf, op=op)
+        inplace = kind.make(data)
+        zcomm.Allreduce(MPI.IN_PLACE, inplace, op=op)
+        new = zipcoll.allreduce(sendbuf, op=op, comm=comm, algorithm=self.ALGORITHM)
+        ref = expected(comm, data, op)
+        np.testing.assert_array_equal(view(recvbuf), ref)
+        np.testing.assert_array_equal(view(inplace), ref)
+        np.testing.assert_array_equal(np.asarray(new), ref)
+        np.testing.assert_array_equal(view(sendbuf), data)  # the input is left alone
+
+    @pytest.mark.parametrize("kind,dtype,op", kind_params())
+    def test_new_result_is_the_callers_kind(self, comm, kind, dtype, op):
+        data, sendbuf = make_input(kind, dtype, op, comm.rank)
+        new = zipcoll.allreduce(sendbuf, op=op, comm=comm, algorithm=self.ALGORITHM)
+        if isinstance(sendbuf, (np.ndarray, pyarray.array, bytearray)):
+            assert type(new) is type(sendbuf)
+        if isinstance(sendbuf, pyarray.array):
+            assert new.typecode == sendbuf.typecode
+        assert new is not sendbuf
+        np.testing.assert_array_equal(np.asarray(new).reshape(-1), expected(comm, data, op))
+
+    @pytest.mark.parametrize("spec", ["[buf, FLOAT]", "(buf, FLOAT)", "[buf, count, FLOAT]"])
+    def test_buffer_specs(self, comm, zcomm, spec):
+        data = rank_data("float32", N, comm.rank, "max")
+        count = N - 5 if "count" in spec else N
+        send, recv = data.copy(), np.full(N, -1.0, np.float32)
+
+        def wrap(buf):
+            return {"[buf, FLOAT]": [buf, MPI.FLOAT], "(buf, FLOAT)": (buf, MPI.FLOAT),
+                    "[buf, count, FLOAT]": [buf, count, MPI.FLOAT]}[spec]
+
+        zcomm.Allreduce(wrap(send), wrap(recv), op=MPI.MAX)
+        ref = np.full(N, -1.0, np.float32)
+        comm.Allreduce([data, count, MPI.FLOAT], [ref, count, MPI.FLOAT], op=MPI.MAX)
+        np.testing.assert_array_equal(recv, ref)  # past count: untouched
+
+    def test_spec_retypes_raw_bytes(self, comm, zcomm):
+        # bytearray + MPI.INT: the datatype, not the buffer, says what the bytes are
+        data = rank_data("int32", N, comm.rank)
+        send, recv = bytearray(data.tobytes()), bytearray(data.nbytes)
+        zcomm.Allreduce([send, MPI.INT], [recv, MPI.INT], op=MPI.SUM)
+        np.testing.assert_array_equal(np.frombuffer(recv, np.int32), expected(comm, data))
+
+    def test_dlpack_in_place(self, comm, zcomm):
+        data = rank_data("complex128", N, comm.rank)
+        buf = DLPackOnly(data.copy())
+        zcomm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+        np.testing.assert_allclose(view(buf), expected(comm, data), rtol=1e-12, atol=1e-12)
+
+    def test_keeps_shape(self, comm):
+        data = rank_data("int16", 24, comm.rank).reshape(4, 3, 2)
+        new = zipcoll.allreduce(data, comm=comm, algorithm=self.ALGORITHM)
+        recv = np.empty_like(data)
+        zipcoll.Intracomm(comm, algorithm=self.ALGORITHM).Allreduce(data, recv)
+        assert new.shape == (4, 3, 2)
+        np.testing.assert_array_equal(new, expected(comm, data))
+        np.testing.assert_array_equal(recv, expected(comm, data))
+
+    def test_user_defined_op_runs_natively(self, comm, zcomm):
+        data = rank_data("float64", N, comm.rank)
+        recv = np.empty_like(data)
+        if self.ALGORITHM not in ("auto", "native"):
+            # only MPI can apply it: a named schedule refuses, before any message
+            with pytest.raises(ValueError, match="user-defined op"):
+                zcomm.Allreduce(data, recv, op=ADD)
+            return
+        zcomm.Allreduce(data, recv, op=ADD)
+        new = zipcoll.allreduce(data, op=ADD, comm=comm, algorithm=self.ALGORITHM)
+        np.testing.assert_array_equal(recv, expected(comm, data, ADD))
+        np.testing.assert_array_equal(new, recv)
+
+    def test_iallreduce(self, comm, zcomm):
+        data = rank_data("int32", N, comm.rank)
+        recv = np.zeros_like(data)
+        request = zcomm.Iallreduce(data, recv, op=MPI.SUM)
+        assert request.Wait() is recv
+        np.testing.assert_array_equal(recv, expected(comm, data))
+
+
+class TestIntracommAuto(BaseIntracomm):
+    ALGORITHM = "auto"
+
+
+class TestIntracommNative(BaseIntracomm):
+    ALGORITHM = "native"
+
+
+class TestIntracommRing(BaseIntracomm):
+    ALGORITHM = "ring"
+
+
+class TestIntracommTree(BaseIntracomm):
+    ALGORITHM = "tree"
+
+
+class TestIntracommDbtree(BaseIntracomm):
+    ALGORITHM = "dbtree"
+
+
+class TestIntracommRabenseifner(BaseIntracomm):
+    ALGORITHM = "rabenseifner"
