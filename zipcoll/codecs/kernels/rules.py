@@ -122,14 +122,21 @@ def dequantize(c, scale, bits):
 
 
 @njit(cache=True)
+def block_span(b, block, n, bits):
+    """Elements [lo, hi) of block ``b`` and bytes [c0, c1) of its packed codes."""
+    lo = b * block
+    hi = min(lo + block, n)
+    per = 8 // bits
+    return lo, hi, lo // per, (hi + per - 1) // per
+
+
+@njit(cache=True)
 def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed):
     """Quantize block ``b`` of ``x`` (``xb``: its IEEE bits) into ``codes`` and ``scales[b]``."""
     # slices index from 0, so numba drops its negative-index check and LLVM vectorizes
-    lo = b * block
-    hi = min(lo + block, x.size)
-    per = 8 // bits
+    lo, hi, c0, c1 = block_span(b, block, x.size, bits)
     xs = x[lo:hi]
-    cs = codes[lo // per:(hi + per - 1) // per]
+    cs = codes[c0:c1]
     s = block_scale(block_norm(xs, xb[lo:hi], kind), levels)
     scales[b] = s
     inv = np.float32(1.0 / np.float64(s)) if s > 0 else np.float32(0.0)
@@ -164,11 +171,9 @@ def pack_codes(xs, cs, inv, lv, bits, seed, lo, stochastic):
 @njit(cache=True)
 def decode_block(codes, scales, out, b, block, bits, accumulate):
     """Decode block ``b`` into ``out`` (``out += values`` when ``accumulate``)."""
-    lo = b * block
-    hi = min(lo + block, out.size)
-    per = 8 // bits
+    lo, hi, c0, c1 = block_span(b, block, out.size, bits)
     os = out[lo:hi]
-    cs = codes[lo // per:(hi + per - 1) // per]
+    cs = codes[c0:c1]
     s = scales[b]
     if bits == 8:
         for i in range(os.size):
