@@ -35,6 +35,9 @@ def dtypes_for(op: str) -> list[str]:
 
 OP_DTYPE_CASES = [(op, dtype) for op in OPS for dtype in dtypes_for(op)]
 
+# The algorithms that take every op on every dtype (two-level ones have their own tests).
+LOSSLESS = ("auto", "native", "ring", "tree", "dbtree", "rabenseifner")
+
 
 # -- per-rank data ----------------------------------------------------------------------
 

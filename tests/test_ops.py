@@ -17,8 +17,11 @@ GROUPS = {
 }
 
 
+KIND_GROUPS = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
+
+
 def group(dtype: str) -> str:
-    return {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}[np.dtype(dtype).kind]
+    return KIND_GROUPS[np.dtype(dtype).kind]
 
 
 def mpi_accepts(op: MPI.Op, dtype: str) -> bool:

@@ -16,15 +16,14 @@ import pytest
 from mpi4py import MPI
 
 import zipcoll
-from arrays import (OP_DTYPE_CASES, all_rank_data, differing_across_ranks, expected, mismatch,
-                    rank_data)
+from arrays import (LOSSLESS, OP_DTYPE_CASES, all_rank_data, differing_across_ranks, expected,
+                    mismatch, rank_data)
 from zipcoll.collectives.ops import BY_NAME
 
 pytestmark = pytest.mark.mpi
 
-# Lossless for every op and dtype; twophase and allgather (codec=None: raw values on the
-# wire) take float SUMs only. Two-level algorithms have their own tests.
-LOSSLESS = ("auto", "native", "ring", "tree", "dbtree", "rabenseifner")
+# Besides LOSSLESS, twophase and allgather with codec=None (raw values on the wire)
+# take float SUMs.
 FLOAT_SUM_ONLY = ("twophase", "allgather")
 
 

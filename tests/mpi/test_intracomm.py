@@ -1,7 +1,6 @@
 """zipcoll.Intracomm as a drop-in mpi4py communicator, over every kind of buffer.
 
-As in mpi4py's test_cco_buf.py, a mixin holds the tests and small subclasses set what
-varies: here the algorithm. Each test runs over the buffer kinds of arrays.KINDS and
+Each test runs for every lossless algorithm, over the buffer kinds of arrays.KINDS and
 mpi4py's buffer specs, and compares with the MPI library's own Allreduce.
 """
 from __future__ import annotations
@@ -13,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import zipcoll
-from arrays import KINDS, DLPackOnly, expected, rank_data, view
+from arrays import KINDS, LOSSLESS, DLPackOnly, expected, rank_data, view
 from zipcoll.collectives.ops import BY_NAME, lookup
 
 pytestmark = pytest.mark.mpi
@@ -49,14 +48,13 @@ def add_op_fn(inbuf, outbuf, datatype):
 ADD = MPI.Op.Create(add_op_fn, commute=True)
 
 
-class BaseIntracomm:
-    """The tests; subclasses set ALGORITHM."""
-
-    ALGORITHM = "auto"
+@pytest.mark.parametrize("algorithm", LOSSLESS)
+class TestIntracomm:
+    """Every test runs once per algorithm."""
 
     @pytest.fixture
-    def zcomm(self, comm):
-        return zipcoll.Intracomm(comm, algorithm=self.ALGORITHM)
+    def zcomm(self, comm, algorithm):
+        return zipcoll.Intracomm(comm, algorithm=algorithm)
 
     def test_is_an_mpi_intracomm(self, comm, zcomm):
         assert isinstance(zcomm, MPI.Intracomm)
@@ -66,13 +64,13 @@ class BaseIntracomm:
         assert value == "hello"
 
     @pytest.mark.parametrize("kind,dtype,op", kind_params())
-    def test_kinds(self, comm, zcomm, kind, dtype, op):
+    def test_kinds(self, comm, zcomm, kind, dtype, op, algorithm):
         data, sendbuf = make_input(kind, dtype, op, comm.rank)
         recvbuf = kind.make(np.zeros_like(data))
         zcomm.Allreduce(sendbuf, recvbuf, op=op)
         inplace = kind.make(data)
         zcomm.Allreduce(MPI.IN_PLACE, inplace, op=op)
-        new = zipcoll.allreduce(sendbuf, op=op, comm=comm, algorithm=self.ALGORITHM)
+        new = zipcoll.allreduce(sendbuf, op=op, comm=comm, algorithm=algorithm)
         ref = expected(comm, data, op)
         np.testing.assert_array_equal(view(recvbuf), ref)
         np.testing.assert_array_equal(view(inplace), ref)
@@ -80,9 +78,9 @@ class BaseIntracomm:
         np.testing.assert_array_equal(view(sendbuf), data)  # the input is left alone
 
     @pytest.mark.parametrize("kind,dtype,op", kind_params())
-    def test_new_result_is_the_callers_kind(self, comm, kind, dtype, op):
+    def test_new_result_is_the_callers_kind(self, comm, kind, dtype, op, algorithm):
         data, sendbuf = make_input(kind, dtype, op, comm.rank)
-        new = zipcoll.allreduce(sendbuf, op=op, comm=comm, algorithm=self.ALGORITHM)
+        new = zipcoll.allreduce(sendbuf, op=op, comm=comm, algorithm=algorithm)
         if isinstance(sendbuf, (np.ndarray, pyarray.array, bytearray)):
             assert type(new) is type(sendbuf)
         if isinstance(sendbuf, pyarray.array):
@@ -118,25 +116,25 @@ class BaseIntracomm:
         zcomm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
         np.testing.assert_allclose(view(buf), expected(comm, data), rtol=1e-12, atol=1e-12)
 
-    def test_keeps_shape(self, comm):
+    def test_keeps_shape(self, comm, algorithm):
         data = rank_data("int16", 24, comm.rank).reshape(4, 3, 2)
-        new = zipcoll.allreduce(data, comm=comm, algorithm=self.ALGORITHM)
+        new = zipcoll.allreduce(data, comm=comm, algorithm=algorithm)
         recv = np.empty_like(data)
-        zipcoll.Intracomm(comm, algorithm=self.ALGORITHM).Allreduce(data, recv)
+        zipcoll.Intracomm(comm, algorithm=algorithm).Allreduce(data, recv)
         assert new.shape == (4, 3, 2)
         np.testing.assert_array_equal(new, expected(comm, data))
         np.testing.assert_array_equal(recv, expected(comm, data))
 
-    def test_user_defined_op_runs_natively(self, comm, zcomm):
+    def test_user_defined_op_runs_natively(self, comm, zcomm, algorithm):
         data = rank_data("float64", N, comm.rank)
         recv = np.empty_like(data)
-        if self.ALGORITHM not in ("auto", "native"):
+        if algorithm not in ("auto", "native"):
             # only MPI can apply it: a named schedule refuses, before any message
             with pytest.raises(ValueError, match="user-defined op"):
                 zcomm.Allreduce(data, recv, op=ADD)
             return
         zcomm.Allreduce(data, recv, op=ADD)
-        new = zipcoll.allreduce(data, op=ADD, comm=comm, algorithm=self.ALGORITHM)
+        new = zipcoll.allreduce(data, op=ADD, comm=comm, algorithm=algorithm)
         np.testing.assert_array_equal(recv, expected(comm, data, ADD))
         np.testing.assert_array_equal(new, recv)
 
@@ -146,27 +144,3 @@ class BaseIntracomm:
         request = zcomm.Iallreduce(data, recv, op=MPI.SUM)
         assert request.Wait() is recv
         np.testing.assert_array_equal(recv, expected(comm, data))
-
-
-class TestIntracommAuto(BaseIntracomm):
-    ALGORITHM = "auto"
-
-
-class TestIntracommNative(BaseIntracomm):
-    ALGORITHM = "native"
-
-
-class TestIntracommRing(BaseIntracomm):
-    ALGORITHM = "ring"
-
-
-class TestIntracommTree(BaseIntracomm):
-    ALGORITHM = "tree"
-
-
-class TestIntracommDbtree(BaseIntracomm):
-    ALGORITHM = "dbtree"
-
-
-class TestIntracommRabenseifner(BaseIntracomm):
-    ALGORITHM = "rabenseifner"
