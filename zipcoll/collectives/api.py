@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from typing import Any, Hashable
 
 from mpi4py import MPI
 
+from zipcoll.collectives.agreement import agree, check_comm, code
 from zipcoll.collectives.dispatch import steps_for
 from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import ALGORITHMS, Plan, make_plan, split_algorithm
 from zipcoll.collectives.schedule import Steps, run, test, wait
 from zipcoll.codecs import Codec, get_codec
-from zipcoll.errors import MismatchError
 from zipcoll.topologies import Topology
 from zipcoll.transport import Transport, transport_for
 
@@ -112,16 +111,9 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     return steps_for(t, plan, blocking), plan.result
 
 
-def _as_comm(comm: Any) -> MPI.Intracomm:
-    """`comm`, if it is a usable intra-communicator; TypeError otherwise."""
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"comm must be an mpi4py Intracomm, not {comm!r}")
-    return comm
-
-
 def _transport(comm: Any) -> Transport:
     """The comm's transport, its topology found (collectively) on first use."""
-    t = transport_for(_as_comm(comm))
+    t = transport_for(check_comm(comm))
     if t.topology is None:
         t.topology = Topology.from_comm(t.comm)
     return t
@@ -156,28 +148,14 @@ def _signature(plan: Plan | None, algorithm: str) -> list[int]:
         return [1] + [0] * (len(_FIELDS) - 1)
     codecs = [c.get_config() if c else None for c in (plan.intra_codec, plan.codec)]
     layout = (plan.topology.node_of, plan.topology.grid) if plan.topology else None
-    return [0, plan.count, _code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
-            _code(str(algorithm)), _code(plan.algorithm), _code(json.dumps(codecs)),
-            _code(repr(layout))]
-
-
-def _code(text: str) -> int:
-    """A number every process computes alike for the same text."""
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+    return [0, plan.count, code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
+            code(str(algorithm)), code(plan.algorithm), code(json.dumps(codecs)),
+            code(repr(layout))]
 
 
 def _agree(t: Transport, plan: Plan | None, error: Exception | None, algorithm: str) -> None:
-    """One small Allreduce: every rank raises if any rank rejected its input or they differ."""
-    lows, highs = t.agree(_signature(plan, algorithm))
-    if error is not None:
-        raise error
-    if highs[0]:
-        raise MismatchError("another rank rejected its arguments to this all-reduce "
-                            "(it raised the reason); nothing was sent")
-    differing = [_FIELDS[i] for i in range(1, len(_FIELDS)) if lows[i] != highs[i]]
-    if differing:
-        raise MismatchError(f"ranks disagree on {', '.join(differing)} of this all-reduce "
-                            f"(count ranges {lows[1]}..{highs[1]}); nothing was sent")
+    """Raise on every rank if any rank rejected its input or the ranks differ."""
+    agree(t, _signature(plan, algorithm), _FIELDS, error, "all-reduce")
 
 
 class Intracomm(MPI.Intracomm):

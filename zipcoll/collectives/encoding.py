@@ -48,8 +48,7 @@ class FeedbackStore:
 
     def nbytes(self) -> int:
         """Bytes held by all residuals."""
-        return sum(int(r.nbytes) for _, fb in self._by_key.values()
-                   for r in fb._residuals.values())
+        return sum(feedback.nbytes() for _, feedback in self._by_key.values())
 
 
 FEEDBACK = FeedbackStore()

@@ -34,9 +34,8 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import CUDA, Buffer
 from zipcoll.codecs.base import align8
-from zipcoll.collectives.api import _as_comm, _code
+from zipcoll.collectives.agreement import agree, check_comm, code
 from zipcoll.collectives.schedule import Steps, run
-from zipcoll.errors import MismatchError
 from zipcoll.topologies.trees import pof2_fold, pof2_rank
 from zipcoll.transport import Transport, transport_for
 
@@ -99,7 +98,7 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
 def _start(values: Any, indices: Any, comm: MPI.Intracomm, algorithm: str, size: int | None,
            k: int | None, out: Any) -> tuple[Transport, SparseCall, int]:
     """Validate, then agree (every rank, even one that rejected its arguments); k to use."""
-    t = transport_for(_as_comm(comm))
+    t = transport_for(check_comm(comm))
     try:
         call, error = _validate(values, indices, algorithm, size, k, out), None
     except (TypeError, ValueError) as exc:
@@ -176,23 +175,14 @@ def _signature(call: SparseCall | None) -> list[int]:
     """Numbers every rank must agree on (then this rank's nnz, whose maximum is the default k)."""
     if call is None:
         return [1] + [0] * len(_FIELDS)
-    return [0, _code(call.values.dtype.str), _code(call.indices.dtype.str),
+    return [0, code(call.values.dtype.str), code(call.indices.dtype.str),
             ALGORITHMS.index(call.algorithm), -1 if call.size is None else call.size,
             -1 if call.k is None else call.k, call.indices.size]
 
 
 def _agree(t: Transport, call: SparseCall | None, error: Exception | None) -> int:
-    """One small Allreduce: raise on every rank if any rejected or they differ; the largest nnz."""
-    lows, highs = t.agree(_signature(call))
-    if error is not None:
-        raise error
-    if highs[0]:
-        raise MismatchError("another rank rejected its arguments to this sparse collective "
-                            "(it raised the reason); nothing was sent")
-    differing = [_FIELDS[i] for i in range(1, len(_FIELDS)) if lows[i] != highs[i]]
-    if differing:
-        raise MismatchError(f"ranks disagree on {', '.join(differing)} of this sparse "
-                            "collective; nothing was sent")
+    """Raise on every rank if any rejected or they differ; else the largest nnz."""
+    highs = agree(t, _signature(call), _FIELDS, error, "sparse collective")
     return int(highs[len(_FIELDS)])
 
 
