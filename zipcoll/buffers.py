@@ -164,23 +164,16 @@ def _from_spec(spec: Any) -> Buffer:
 
 
 def empty_like(buf: Buffer) -> Any:
-    """A new uninitialised 1-D array on the same device as `buf`.
-
-    For an array.array or bytearray source it views a new object of that kind, which
-    `result_like` hands back: a copy made there would predate the reduction.
-    """
-    if buf.device == CUDA:
-        return cupy().empty(buf.count, dtype=buf.dtype)
-    nbytes = buf.count * buf.dtype.itemsize
-    if isinstance(buf.source, _pyarray.array) and buf.source.typecode == buf.dtype.char:
-        return np.frombuffer(_pyarray.array(buf.source.typecode, bytes(nbytes)), buf.dtype)
-    if isinstance(buf.source, bytearray):
-        return np.frombuffer(bytearray(nbytes), buf.dtype)
-    return np.empty(buf.count, dtype=buf.dtype)
+    """A new uninitialised 1-D array on the same device as `buf`."""
+    xp = cupy() if buf.device == CUDA else np
+    return xp.empty(buf.count, dtype=buf.dtype)
 
 
 def result_like(buf: Buffer, result: Any) -> Any:
-    """Hand `result` (a flat array) back in the kind and shape of the caller's buffer."""
+    """Hand a finished `result` (a flat array) back in the kind and shape of the caller's buffer.
+
+    Call it once the reduction is done: for some kinds (JAX, array.array, bytearray) it copies.
+    """
     source = buf.source
     shaped = result.reshape(buf.shape)
     module = type(source).__module__.split(".")[0]
@@ -192,9 +185,10 @@ def result_like(buf: Buffer, result: Any) -> Any:
         import jax.numpy as jnp
 
         return jnp.asarray(shaped)
-    owner = getattr(getattr(result, "base", None), "obj", None)  # what empty_like made
-    if isinstance(source, (_pyarray.array, bytearray)) and type(owner) is type(source):
-        return owner
+    if isinstance(source, _pyarray.array) and source.typecode == result.dtype.char:
+        return _pyarray.array(source.typecode, result.tobytes())
+    if isinstance(source, bytearray):
+        return bytearray(result.tobytes())
     return shaped
 
 

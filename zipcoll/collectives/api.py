@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 from mpi4py import MPI
 
@@ -41,9 +41,9 @@ def allreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
 
     >>> total = zipcoll.allreduce(np.ones(4, np.float32), algorithm="ring")   # doctest: +SKIP
     """
-    steps, result = _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, True)
+    steps, plan = _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, True)
     run(steps)
-    return result
+    return plan.outcome()
 
 
 def iallreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
@@ -51,8 +51,8 @@ def iallreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
                codec: Any = None, key: Hashable = None,
                topology: Topology | None = None) -> "Request":
     """Start an all-reduce (arguments as `allreduce`); the Request advances on test()."""
-    steps, result = _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, False)
-    return Request(steps, result)
+    steps, plan = _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, False)
+    return Request(steps, plan.outcome)
 
 
 class Request:
@@ -62,9 +62,9 @@ class Request:
     so code written against `mpi4py.MPI.Request` keeps working.
     """
 
-    def __init__(self, steps: Steps, result: Any):
+    def __init__(self, steps: Steps, outcome: Callable[[], Any]):
         self._steps = steps
-        self._result = result
+        self._outcome = outcome
         self._pending: list = []
         self._done = False
         self._advance()  # post the first step now, so data moves while the caller computes
@@ -88,7 +88,7 @@ class Request:
         while not self._done:
             wait(self._pending)
             self._advance()
-        return self._result
+        return self._outcome()
 
     Test = test
     Wait = wait
@@ -96,7 +96,7 @@ class Request:
 
 def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: str,
            codec: Any, key: Hashable, topology: Topology | None,
-           blocking: bool) -> tuple[Steps, Any]:
+           blocking: bool) -> tuple[Steps, Plan]:
     """Validate, agree, and build the steps of one call (nothing has moved yet)."""
     t = _transport(comm)
     try:
@@ -108,7 +108,7 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
         _agree(t, plan, error, algorithm)
     elif error is not None:
         raise error
-    return steps_for(t, plan, blocking), plan.result
+    return steps_for(t, plan, blocking), plan
 
 
 def _transport(comm: Any) -> Transport:

@@ -110,7 +110,7 @@ def _staged(t: Transport, plan: Plan, blocking: bool) -> Steps:
     """Device data through host memory, for an MPI that cannot read GPU memory."""
     device = plan.recv.array[: plan.count] if plan.send is None else plan.send.array
     host = buffers.cupy().asnumpy(device)
-    host_plan = Plan(None, Buffer(host, HOST, host, host.shape), plan.op, plan.algorithm, None,
+    host_plan = Plan(None, Buffer(host, HOST, host, host.shape), plan.op, plan.algorithm, host,
                      plan.codec, plan.intra_codec, plan.key, plan.mean, plan.topology)
     yield from _steps_on(t, host_plan, None, host, np, blocking)
     plan.recv.array[: plan.count].set(host)

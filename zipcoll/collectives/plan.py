@@ -35,7 +35,7 @@ class Plan:
     recv: Buffer
     op: ReduceOp | MPI.Op
     algorithm: str  # resolved: a FLAT name, or "hierarchical:ring", "torus:allgather", ...
-    result: Any  # what allreduce returns
+    recvbuf: Any  # the caller's recvbuf, or None: a new result is returned
     codec: Codec | None = None  # the flat codec, or the inter level's
     intra_codec: Codec | None = None  # two-level schedules' level 1
     key: Hashable = None
@@ -45,6 +45,12 @@ class Plan:
     @property
     def count(self) -> int:
         return self.recv.count if self.send is None else self.send.count
+
+    def outcome(self) -> Any:
+        """What allreduce returns once the steps are done: recvbuf, or the caller's kind of array."""
+        if self.recvbuf is not None:
+            return self.recvbuf
+        return buffers.result_like(self.send, self.recv.array)
 
     @property
     def kind(self) -> str:
@@ -75,11 +81,9 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         check_topology(kind, topology)
     if recv is None:
         recv = _new_result(send)
-        result = buffers.result_like(send, recv.array)
     else:
         _check_matching(send, recv)
-        result = recvbuf
-    plan = Plan(send, recv, reduce_op, algorithm, result, codec, intra_codec, key, mean, topology)
+    plan = Plan(send, recv, reduce_op, algorithm, recvbuf, codec, intra_codec, key, mean, topology)
     return _resolve(plan, kind, inner)
 
 
@@ -166,9 +170,7 @@ def _check_matching(send: Buffer | None, recv: Buffer) -> None:
 def _resolve(plan: Plan, kind: str, inner: str) -> Plan:
     """Fill in what "auto" and a bare two-level name leave open; user ops run natively."""
     if not isinstance(plan.op, ReduceOp):
-        if kind != "auto" and kind != "native":
-            raise ValueError(f"a user-defined op runs only natively, not with {kind!r}")
-        plan.algorithm = "native"
+        plan.algorithm = "native"  # only the MPI library can apply a user-defined op
         return plan
     if kind == "auto":
         source = plan.send or plan.recv

@@ -1,0 +1,56 @@
+"""zipcoll-info: what zipcoll found on this machine (MPI, CUDA awareness, GPU libraries, layout)."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+
+def _version(module: str) -> str:
+    try:
+        return getattr(importlib.import_module(module), "__version__", "installed")
+    except ImportError:
+        return "not installed"
+
+
+def report() -> list[tuple[str, str]]:
+    """(item, value) lines describing this process's view of zipcoll's world."""
+    from mpi4py import MPI
+
+    import zipcoll
+    from zipcoll.transport import cuda_aware
+
+    comm = MPI.COMM_WORLD
+    topology = zipcoll.Topology.from_comm(comm)
+    return [
+        ("zipcoll", zipcoll.__version__),
+        ("python", sys.version.split()[0]),
+        ("mpi4py", _version("mpi4py")),
+        ("MPI library", MPI.Get_library_version().splitlines()[0].strip()),
+        ("CUDA-aware MPI", f"{cuda_aware()} (ZIPCOLL_CUDA_AWARE={os.environ.get('ZIPCOLL_CUDA_AWARE', 'unset')})"),
+        ("numpy", _version("numpy")),
+        ("numba", _version("numba")),
+        ("cupy", _version("cupy")),
+        ("torch", _version("torch")),
+        ("jax", _version("jax")),
+        ("ranks", str(comm.Get_size())),
+        ("nodes", f"{topology.num_nodes} ({[len(n) for n in topology.nodes]} ranks each)"),
+        ("algorithms", ", ".join(zipcoll.ALGORITHMS)),
+        ("codecs", ", ".join(zipcoll.list_codecs())),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the report on rank 0."""
+    lines = report()
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        width = max(len(item) for item, _ in lines)
+        for item, value in lines:
+            print(f"{item:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
