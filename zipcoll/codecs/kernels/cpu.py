@@ -1,4 +1,6 @@
 """CPU kernels: the rules of ``rules.py`` in ``numba.njit`` loops, parallel over blocks."""
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -8,42 +10,53 @@ from . import rules
 # below this many elements a parallel launch costs more than it saves
 PARALLEL_MIN = 1 << 18
 
-
-@njit(parallel=True, cache=True)
-def _block_encode_parallel(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
-    for b in prange(scales.size):
-        rules.encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
-
-
-@njit(cache=True)
-def _block_encode_serial(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
-    for b in range(scales.size):
-        rules.encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+# the per-block rules, inlined into each specialised kernel: with bits, norm and
+# rounding constant there, LLVM unrolls the byte loop and vectorizes it
+_encode_block = njit(inline="always")(rules.encode_block.py_func)
+_decode_block = njit(inline="always")(rules.decode_block.py_func)
 
 
-@njit(parallel=True, cache=True)
-def _block_decode_parallel(codes, scales, out, block, bits, accumulate):
-    for b in prange(scales.size):
-        rules.decode_block(codes, scales, out, b, block, bits, accumulate)
+@functools.lru_cache(maxsize=None)
+def _encoder(bits, kind, stochastic, parallel):
+    """Block encode kernel compiled for one (bits, norm, rounding)."""
+    if parallel:
+        @njit(parallel=True, cache=True)
+        def encode(x, xb, codes, scales, block, levels, seed):
+            for b in prange(scales.size):
+                _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+    else:
+        @njit(cache=True)
+        def encode(x, xb, codes, scales, block, levels, seed):
+            for b in range(scales.size):
+                _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+    return encode
 
 
-@njit(cache=True)
-def _block_decode_serial(codes, scales, out, block, bits, accumulate):
-    for b in range(scales.size):
-        rules.decode_block(codes, scales, out, b, block, bits, accumulate)
+@functools.lru_cache(maxsize=None)
+def _decoder(bits, accumulate, parallel):
+    """Block decode kernel compiled for one (bits, accumulate)."""
+    if parallel:
+        @njit(parallel=True, cache=True)
+        def decode(codes, scales, out, block):
+            for b in prange(scales.size):
+                _decode_block(codes, scales, out, b, block, bits, accumulate)
+    else:
+        @njit(cache=True)
+        def decode(codes, scales, out, block):
+            for b in range(scales.size):
+                _decode_block(codes, scales, out, b, block, bits, accumulate)
+    return decode
 
 
 def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
     """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``."""
-    big = x.size >= PARALLEL_MIN
-    kernel = _block_encode_parallel if big else _block_encode_serial
-    kernel(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed)
+    kernel = _encoder(bits, kind, bool(stochastic), x.size >= PARALLEL_MIN)
+    kernel(x, xb, codes, scales, block, levels, seed)
 
 
 def block_decode(codes, scales, out, block, bits, accumulate):
     """Decode every block into ``out`` (``out +=`` when ``accumulate``)."""
-    kernel = _block_decode_parallel if out.size >= PARALLEL_MIN else _block_decode_serial
-    kernel(codes, scales, out, block, bits, accumulate)
+    _decoder(bits, bool(accumulate), out.size >= PARALLEL_MIN)(codes, scales, out, block)
 
 
 @njit(parallel=True, cache=True)

@@ -132,7 +132,11 @@ def block_span(b, block, n, bits):
 
 @njit(cache=True)
 def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed):
-    """Quantize block ``b`` of ``x`` (``xb``: its IEEE bits) into ``codes`` and ``scales[b]``."""
+    """Quantize block ``b`` of ``x`` (``xb``: its IEEE bits) into ``codes`` and ``scales[b]``.
+
+    The CPU kernels compile it with ``bits``, ``kind`` and ``stochastic`` constant, so
+    the byte loop unrolls and vectorizes; the CUDA kernels take them at run time.
+    """
     # slices index from 0, so numba drops its negative-index check and LLVM vectorizes
     lo, hi, c0, c1 = block_span(b, block, x.size, bits)
     xs = x[lo:hi]
@@ -141,31 +145,32 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
     scales[b] = s
     inv = np.float32(1.0 / np.float64(s)) if s > 0 else np.float32(0.0)
     lv = np.float32(levels)
-    if bits == 8:  # one code a byte: a flat loop
-        for i in range(xs.size):
-            cs[i] = quantize(xs[i], inv, lv, 8, uniform32(seed, lo + i, stochastic)) & 255
-        return
-    # constant bits at each call, so LLVM unrolls the per-byte loop of each case
-    if bits == 4:
-        pack_codes(xs, cs, inv, lv, 4, seed, lo, stochastic)
-    elif bits == 2:
-        pack_codes(xs, cs, inv, lv, 2, seed, lo, stochastic)
-    else:
-        pack_codes(xs, cs, inv, lv, 1, seed, lo, stochastic)
+    per = 8 // bits
+    mask = (1 << bits) - 1
+    full = xs.size // per
+    for j in range(full):
+        byte = 0
+        for t in range(per):
+            i = j * per + t
+            q = quantize(xs[i], inv, lv, bits, uniform32(seed, lo + i, stochastic))
+            byte |= (q & mask) << (t * bits)
+        cs[j] = byte
+    if full < cs.size:  # the last block ends inside a byte: its high bits stay 0
+        byte = 0
+        for i in range(full * per, xs.size):
+            q = quantize(xs[i], inv, lv, bits, uniform32(seed, lo + i, stochastic))
+            byte |= (q & mask) << ((i - full * per) * bits)
+        cs[full] = byte
 
 
 @njit(cache=True)
-def pack_codes(xs, cs, inv, lv, bits, seed, lo, stochastic):
-    """Codes of block ``xs``, ``8 // bits`` a byte, lowest bits first (``lo``: block start)."""
-    per = 8 // bits
-    mask = (1 << bits) - 1
-    for j in range(cs.size):
-        byte = 0
-        for t in range(per):
-            i = min(j * per + t, xs.size - 1)  # past the end: a repeat, masked out below
-            q = quantize(xs[i], inv, lv, bits, uniform32(seed, lo + i, stochastic))
-            byte |= (q & mask) << (t * bits) if j * per + t < xs.size else 0
-        cs[j] = byte
+def code_at(byte, t, bits):
+    """The ``t``-th ``bits``-bit code of ``byte``, sign-extended (bits == 1: 0 or 1)."""
+    c = (np.int32(byte) >> (t * bits)) & ((1 << bits) - 1)
+    if bits == 1:
+        return c
+    half = 1 << (bits - 1)
+    return (c ^ half) - half
 
 
 @njit(cache=True)
@@ -175,30 +180,16 @@ def decode_block(codes, scales, out, b, block, bits, accumulate):
     os = out[lo:hi]
     cs = codes[c0:c1]
     s = scales[b]
-    if bits == 8:
-        for i in range(os.size):
-            v = dequantize(np.int8(cs[i]), s, 8)
-            os[i] = os[i] + v if accumulate else v
-        return
-    if bits == 4:
-        unpack_codes(cs, s, os, 4, accumulate)
-    elif bits == 2:
-        unpack_codes(cs, s, os, 2, accumulate)
-    else:
-        unpack_codes(cs, s, os, 1, accumulate)
-
-
-@njit(cache=True)
-def unpack_codes(cs, s, os, bits, accumulate):
-    """Decode the packed codes ``cs`` of one block of step ``s`` into ``os``."""
     per = 8 // bits
-    mask = (1 << bits) - 1
-    half = 1 << (bits - 1)
-    for i in range(os.size):
-        c = (np.int32(cs[i // per]) >> ((i % per) * bits)) & mask
-        if bits > 1 and c >= half:
-            c -= 2 * half
-        v = dequantize(c, s, bits)
+    full = os.size // per
+    for j in range(full):
+        byte = cs[j]
+        for t in range(per):
+            v = dequantize(code_at(byte, t, bits), s, bits)
+            i = j * per + t
+            os[i] = os[i] + v if accumulate else v
+    for i in range(full * per, os.size):
+        v = dequantize(code_at(cs[full], i - full * per, bits), s, bits)
         os[i] = os[i] + v if accumulate else v
 
 
