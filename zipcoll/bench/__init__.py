@@ -13,6 +13,7 @@ import sys
 COMMANDS = {
     "allreduce": "zipcoll.bench.allreduce_bench",
     "codecs": "zipcoll.bench.codec_bench",
+    "plot": "zipcoll.bench.plot",
 }
 
 

@@ -1,0 +1,620 @@
+#!/usr/bin/env python3
+"""Benchmark suite: zipcoll's all-reduce algorithms and codecs beside the MPI library's own.
+
+    python benchmarks/suite.py --layout 1x4                        # one node, 4 ranks, no cluster
+    python benchmarks/suite.py --layout 2x2 --rate 1gbit           # emulated cluster (root)
+    python benchmarks/suite.py --layout 2x2,4x1 --rate 1gbit,10gbit --quick
+    python benchmarks/suite.py --layout 4x1 --rate 10gbit --sizes 1M:64M --combos ring hierarchical+int8
+    python benchmarks/suite.py --layout 2x2 --dry-run              # plan, commands, time estimate
+
+A layout is NODESxRANKS_PER_NODE. For each layout (and each rate, for more than one node)
+the suite brings the emulated cluster of benchmarks/cluster/ up, runs `zipcoll-bench
+allreduce -c --json` once per (combo, size range) -- each run also times MPI's Allreduce,
+in the same run, at every size -- merges the JSON into OUT/<layout>-<rate>/suite.json,
+writes summary.md, commands.txt, machine.txt, runs.log and plots, and takes the cluster
+down again, also on failure or Ctrl-C. See benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER = REPO / "benchmarks" / "cluster" / "cluster.sh"
+MPIENV = "scripts/mpienv.sh"
+DEFAULT_OUT = REPO / "benchmarks" / "results"
+
+DEFAULT_COMBOS = ("ring", "rabenseifner", "hierarchical",
+                  "hierarchical+int8", "hierarchical+int4", "hierarchical+sign",
+                  "allgather+topk:ratio=0.01", "ring+int8", "twophase+sign")
+QUICK_COMBOS = ("ring", "hierarchical+int8", "allgather+topk:ratio=0.01")
+SUMMARY_SIZES = (4 << 20, 16 << 20, 64 << 20)
+MiB = 1 << 20
+
+
+# -- what to run -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """NODES x RANKS_PER_NODE; one node runs plain mpiexec on shared memory, no cluster."""
+
+    nodes: int
+    per_node: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        match = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", text)
+        if not match or min(map(int, match.groups())) < 1:
+            raise argparse.ArgumentTypeError(f"layout {text!r}: expected NODESxRANKS, e.g. 2x2")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    @property
+    def name(self) -> str:
+        return f"{self.nodes}x{self.per_node}"
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.per_node
+
+    def describe(self, rate: str) -> str:
+        if self.nodes == 1:
+            return f"1 node x {self.per_node} ranks, shared memory"
+        return f"{self.nodes} nodes x {self.per_node} rank{'s' * (self.per_node > 1)}, {rate} links"
+
+
+@dataclass(frozen=True)
+class Combo:
+    """ALGORITHM[+CODEC], e.g. 'ring', 'hierarchical+int8', 'allgather+topk:ratio=0.01'."""
+
+    algorithm: str
+    codec: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Combo":
+        algorithm, _, codec = text.strip().partition("+")
+        if not algorithm:
+            raise argparse.ArgumentTypeError(f"combo {text!r}: expected ALGORITHM[+CODEC]")
+        return cls(algorithm, codec or None)
+
+    @property
+    def label(self) -> str:
+        return self.algorithm + (f"+{self.codec}" if self.codec else "")
+
+    @property
+    def slug(self) -> str:
+        """The label as a file name: 'allgather+topk-ratio-0.01'."""
+        return re.sub(r"[^A-Za-z0-9.+_-]+", "-", self.label)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One size range run as one `zipcoll-bench allreduce` call, with its iteration counts."""
+
+    sizes: tuple[int, ...]
+    iterations: int | None     # None: OSU's defaults (1000 up to 8 KiB, 100 above)
+    warmup: int | None
+    budget: float | None       # --time-budget: seconds per size, cuts the iterations
+
+    @property
+    def spec(self) -> str:
+        return f"{size_text(self.sizes[0])}:{size_text(self.sizes[-1])}"
+
+
+# Full runs: OSU's counts where calls are cheap; few calls where one takes seconds
+# (a 256 MiB native Allreduce is ~2.4 s on 2x2 at 1 Gbit/s). The time budget is per size
+# and per run; one probe call of each (native, zipcoll) sets how many calls fit in it.
+FULL_SEGMENTS = (  # (largest size, iterations, warm-up, time budget s)
+    (1 * MiB, None, None, 1.0),
+    (16 * MiB, 10, 2, 2.0),
+    (1 << 62, 3, 1, 2.0),
+)
+QUICK_SEGMENTS = ((64 << 10, 256 << 10), (2 * MiB, 4 * MiB))  # -i 2 -x 1
+
+
+def size_text(n: int) -> str:
+    """64K, 4M, 256M: what timing.parse_size reads back."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
+    return int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[match.group(2).upper()]
+
+
+def doubling(lo: int, hi: int) -> list[int]:
+    sizes = []
+    while lo <= hi:
+        sizes.append(lo)
+        lo *= 2
+    return sizes
+
+
+def plan_segments(lo: int, hi: int, quick: bool) -> list[Segment]:
+    """The size ranges of one combo: full runs split at 1 MiB and 16 MiB; quick runs fixed."""
+    if quick:
+        return [Segment(tuple(doubling(a, b)), 2, 1, None) for a, b in QUICK_SEGMENTS]
+    segments, sizes = [], doubling(lo, hi)
+    for top, iterations, warmup, budget in FULL_SEGMENTS:
+        group = tuple(s for s in sizes if s <= top)
+        sizes = sizes[len(group):]
+        if group:
+            segments.append(Segment(group, iterations, warmup, budget))
+    return segments
+
+
+# -- time estimate -------------------------------------------------------------------
+def rate_bps(rate: str) -> float | None:
+    match = re.fullmatch(r"(\d+)(bit|kbit|mbit|gbit)", rate.lower())
+    if not match:
+        return None
+    return int(match.group(1)) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[match.group(2)]
+
+
+def native_seconds(size: int, layout: Layout, rate: str) -> float:
+    """A rough model of one native Allreduce, fitted to cluster/README.md's table."""
+    if layout.nodes == 1:
+        return 50e-6 + size / 0.7e9            # 4 ranks on 2 cores: ~90 ms at 64 MiB
+    cpu = size / 0.22e9                        # unshaped 2x2 / 4x1: ~300 ms at 64 MiB
+    bps = rate_bps(rate)
+    wire = 0.0
+    if bps:
+        n = layout.nodes
+        wire = size * 2 * (n - 1) / n * 1514 / 1448 * 8 / bps * (1.6 if n > 2 else 1.02)
+    return 100e-6 + max(cpu, wire)
+
+
+def estimate_run(segment: Segment, layout: Layout, rate: str) -> float:
+    """Seconds for one bench run: launch, then per size the probe, warm-up, timed and check calls."""
+    total = 3.0 if layout.nodes == 1 else 5.0
+    for size in segment.sizes:
+        t = native_seconds(size, layout, rate)
+        iterations = segment.iterations or (1000 if size <= 8192 else 100)
+        warmup = 100 if segment.warmup is None and size <= 8192 else (segment.warmup or 10)
+        calls = iterations + warmup
+        if segment.budget:
+            fit = int(segment.budget / (2 * t))
+            warmup = min(warmup, fit // 10)
+            calls = 2 + warmup + max(1, min(iterations, fit - warmup))
+        total += 2 * t * calls + 4 * t + 0.02   # native + zipcoll; -c: 1 call + float64 Allreduce
+    return total
+
+
+# -- running -------------------------------------------------------------------------
+def child_env(prefix: str) -> dict[str, str]:
+    """This Python's bin/ first on PATH (mpiexec, zipcoll-bench), cluster prefix set."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["ZC_PREFIX"] = prefix
+    return env
+
+
+def relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
+    argv = ["zipcoll-bench", "allreduce", "-m", segment.spec, "--algorithm", combo.algorithm]
+    if combo.codec:
+        argv += ["--codec", combo.codec]
+    if segment.iterations is not None:
+        argv += ["-i", str(segment.iterations)]
+    if segment.warmup is not None:
+        argv += ["-x", str(segment.warmup)]
+    if segment.budget:
+        argv += ["--time-budget", f"{segment.budget:g}"]
+    return argv + ["-f", "-c", "--json", relative(json_path)]
+
+
+def launch_argv(layout: Layout, bench: list[str]) -> tuple[list[str], str]:
+    """(argv to execute, the same as a shell line for commands.txt)."""
+    if layout.nodes == 1:
+        mpi = ["mpiexec", "-n", str(layout.ranks), *bench]
+        return (["bash", "-c", f'source {MPIENV} && exec "$@"', "_", *mpi],
+                f"source {MPIENV}; {shlex.join(mpi)}")
+    argv = [relative(CLUSTER), "run", "-n", str(layout.ranks),
+            "--ranks-per-node", str(layout.per_node), "--", *bench]
+    return argv, shlex.join(argv)
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def machine_text(layout: Layout, rate: str, env: dict[str, str]) -> str:
+    """nproc, CPU, memory, kernel, Open MPI, Python packages, load average."""
+    def first_line(argv: list[str]) -> str:
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+            return (out.stdout or out.stderr).strip().splitlines()[0]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            return "?"
+
+    cpu = "?"
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                    if line.startswith("model name")), "?")
+    except OSError:
+        pass
+    versions = first_line([sys.executable, "-c",
+                           "import numpy, numba, mpi4py, zipcoll; print('numpy', numpy.__version__, "
+                           "'numba', numba.__version__, 'mpi4py', mpi4py.__version__, "
+                           "'zipcoll', zipcoll.__version__)"])
+    commit = first_line(["git", "-C", str(REPO), "describe", "--always", "--dirty"])
+    mem = first_line(["sh", "-c", "grep MemTotal /proc/meminfo"])
+    return "\n".join([
+        f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"layout: {layout.name} ({layout.describe(rate)}), {layout.ranks} ranks",
+        f"hostname: {platform.node()}",
+        f"nproc: {os.cpu_count()}",
+        f"cpu: {cpu}",
+        f"memory: {mem.split(':', 1)[-1].strip()}",
+        f"kernel: {platform.system()} {platform.release()}",
+        f"mpi: {first_line(['mpiexec', '--version'])}",
+        f"python: {platform.python_version()}; {versions}",
+        f"git: {commit}",
+        f"load average at start (1/5/15 min): {load_average()}",
+    ]) + "\n"
+
+
+@dataclass
+class Target:
+    """One layout at one rate: its directory, plan and what has been collected."""
+
+    layout: Layout
+    rate: str
+    out: Path
+    runs: list[tuple[Combo, Segment]]
+    record: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.layout.name}-{self.rate}"
+
+
+class Suite:
+    """Runs the plan of every target, one bench run after another, printing progress."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.env = child_env(args.prefix)
+        self.targets = self.plan()
+        self.estimates = {id(t): [estimate_run(s, t.layout, t.rate) for _, s in t.runs]
+                          for t in self.targets}
+        self.total_estimate = sum(sum(e) for e in self.estimates.values())
+        self.done_estimate = 0.0
+        self.started = time.monotonic()
+        self.count, self.total_runs = 0, sum(len(t.runs) for t in self.targets)
+        self.child: subprocess.Popen | None = None
+
+    def plan(self) -> list[Target]:
+        a = self.args
+        lo, hi = a.sizes
+        targets = []
+        for layout in a.layout:
+            for rate in (["shm"] if layout.nodes == 1 else a.rate):
+                segments = plan_segments(lo, hi, a.quick)
+                runs = [(c, s) for c in a.combos for s in segments]
+                name = f"{layout.name}-{rate}" + ("-quick" if a.quick else "")
+                targets.append(Target(layout, rate, a.out / name, runs))
+        return targets
+
+    # -- progress
+    def progress(self, target: Target, combo: Combo, segment: Segment, seconds: float, status: str) -> None:
+        elapsed = time.monotonic() - self.started
+        pace = elapsed / self.done_estimate if self.done_estimate else 1.0
+        eta = (self.total_estimate - self.done_estimate) * pace
+        print(f"[{self.count}/{self.total_runs}] {target.name} {combo.label:<28} {segment.spec:>11} "
+              f"{status:<5} {seconds:6.1f} s  elapsed {clock(elapsed)}  ETA {clock(eta)}", flush=True)
+
+    # -- one target
+    def run_target(self, target: Target) -> bool:
+        a = self.args
+        target.out.mkdir(parents=True, exist_ok=True)
+        raw = target.out / "raw"
+        raw.mkdir(exist_ok=True)
+        commands = [f"# {target.layout.describe(target.rate)}; run from the repository root",
+                    f"export PATH={Path(sys.executable).parent}:$PATH"]
+        if target.layout.nodes > 1:
+            commands.insert(1, f"export ZC_PREFIX={a.prefix}")
+        (target.out / "machine.txt").write_text(machine_text(target.layout, target.rate, self.env))
+        log = open(target.out / "runs.log", "w")
+        target.record = new_record(target, a)
+        ok = True
+        try:
+            if target.layout.nodes > 1:
+                up = [relative(CLUSTER), "up", str(target.layout.nodes), "--rate", target.rate]
+                if (rate_bps(target.rate) or 0) >= 5e9 and not a.burst:
+                    up += ["--burst", "1mb"]           # cluster/README.md: 1 ms bursts reach ~9.5 Gbit/s
+                elif a.burst:
+                    up += ["--burst", a.burst]
+                commands.append(shlex.join(up))
+                self.shell(up, log)
+                target.record["cluster"] = cluster_state(a.prefix)
+            for (combo, segment), estimate in zip(target.runs, self.estimates[id(target)]):
+                json_path = raw / f"{combo.slug}--{segment.spec.replace(':', '-')}.json"
+                json_path.unlink(missing_ok=True)
+                argv, line = launch_argv(target.layout, bench_argv(combo, segment, json_path))
+                commands.append(line)
+                (target.out / "commands.txt").write_text("\n".join(commands) + "\n")
+                load = load_average()
+                start = time.monotonic()
+                rc = self.bench(argv, line, log, max(a.run_timeout, 5 * estimate))
+                seconds = time.monotonic() - start
+                self.count += 1
+                self.done_estimate += estimate
+                add_run(target.record, combo, segment, line, json_path, rc, seconds, load)
+                write_json(target.out / "suite.json", target.record)
+                status = "ok" if rc == 0 else ("FAIL" if rc == 1 and json_path.exists() else f"rc={rc}")
+                ok &= rc == 0
+                self.progress(target, combo, segment, seconds, status)
+        finally:
+            if target.layout.nodes > 1:
+                down = [relative(CLUSTER), "down"]
+                commands.append(shlex.join(down))
+                self.shell(down, log, check=False)
+            (target.out / "commands.txt").write_text("\n".join(commands) + "\n")
+            target.record["finished"] = now()
+            target.record["load_average_end"] = load_average()
+            write_json(target.out / "suite.json", target.record)
+            log.close()
+        summary = summary_text(target.record)
+        (target.out / "summary.md").write_text(summary)
+        print(summary, flush=True)
+        if not a.no_plot:
+            plot(target.out / "suite.json", target.out)
+        return ok
+
+    def shell(self, argv: list[str], log, check: bool = True) -> None:
+        log.write(f"### {shlex.join(argv)}\n")
+        log.flush()
+        done = subprocess.run(argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        if check and done.returncode:
+            raise SystemExit(f"suite: {shlex.join(argv)} failed (rc {done.returncode}); see runs.log")
+
+    def bench(self, argv: list[str], line: str, log, timeout: float) -> int:
+        """One bench run, its output into runs.log; killed (whole process group) on timeout."""
+        log.write(f"### {line}\n")
+        log.flush()
+        tee = None if not self.args.verbose else subprocess.PIPE
+        self.child = subprocess.Popen(argv, cwd=REPO, env=self.env, start_new_session=True,
+                                      stdout=tee or log, stderr=subprocess.STDOUT, text=True)
+        try:
+            if tee:
+                for text in self.child.stdout:
+                    log.write(text)
+                    sys.stdout.write(text)
+            return self.child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log.write(f"### suite: killed after {timeout:.0f} s\n")
+            self.stop_child()
+            return 124
+        finally:
+            self.stop_child()
+            log.flush()
+
+    def stop_child(self) -> None:
+        """TERM, then KILL, the running bench's process group (mpiexec and its local ranks)."""
+        child, self.child = self.child, None
+        if child is None or child.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(child.pid, sig)
+                child.wait(timeout=wait)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def dry_run(self) -> None:
+        for t in self.targets:
+            print(f"# {t.name}: {t.layout.describe(t.rate)} -> {relative(t.out)}")
+            for (combo, segment), est in zip(t.runs, self.estimates[id(t)]):
+                _, line = launch_argv(t.layout, bench_argv(combo, segment, t.out / "raw" / f"{combo.slug}.json"))
+                print(f"  ~{est:6.1f} s  {line}")
+            print(f"# {t.name}: estimated {clock(sum(self.estimates[id(t)]))}")
+        print(f"# total estimated {clock(self.total_estimate)} (model of cluster/README.md's figures, "
+              f"a quiet machine; the bench's probe and check calls included)")
+
+
+# -- collecting ----------------------------------------------------------------------
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def new_record(target: Target, args: argparse.Namespace) -> dict:
+    layout = target.layout
+    return {
+        "suite": "benchmarks/suite.py", "layout": layout.name, "nodes": layout.nodes,
+        "ranks_per_node": layout.per_node, "ranks": layout.ranks,
+        "rate": None if layout.nodes == 1 else target.rate,
+        "description": layout.describe(target.rate), "quick": args.quick,
+        "started": now(), "load_average_start": load_average(), "combos": [],
+    }
+
+
+def add_run(record: dict, combo: Combo, segment: Segment, line: str, json_path: Path,
+            rc: int, seconds: float, load: str) -> None:
+    """Merge one bench run's JSON into its combo's entry (rows sorted by size)."""
+    entry = next((c for c in record["combos"] if c["combo"] == combo.label), None)
+    if entry is None:
+        entry = {"combo": combo.label, "algorithm": combo.algorithm, "codec": combo.codec,
+                 "runs": [], "rows": []}
+        record["combos"].append(entry)
+    run = {"sizes": segment.spec, "command": line, "json": relative(json_path), "rc": rc,
+           "seconds": round(seconds, 2), "load_average_start": load}
+    if json_path.exists():
+        bench = json.loads(json_path.read_text())
+        for key in ("mpi_library", "mpi4py", "zipcoll", "numpy", "dtype", "op", "timing",
+                    "hugepage_advice", "hosts", "machine"):
+            entry.setdefault(key, bench.get(key))
+        record.setdefault("mpi_library", bench.get("mpi_library"))
+        sizes = {r["size"] for r in bench["rows"]}
+        entry["rows"] = sorted([r for r in entry["rows"] if r["size"] not in sizes] + bench["rows"],
+                               key=lambda r: r["size"])
+    else:
+        run["error"] = "no JSON written (see runs.log)"
+    entry["runs"].append(run)
+
+
+def write_json(path: Path, record: dict) -> None:
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def cluster_state(prefix: str) -> dict:
+    state = Path(os.environ.get("ZC_STATE_DIR", f"/run/zipcoll-cluster-{prefix}")) / "state"
+    try:
+        return dict(line.split("=", 1) for line in state.read_text().split() if "=" in line)
+    except OSError:
+        return {}
+
+
+def row_at(entry: dict, size: int) -> dict | None:
+    return next((r for r in entry["rows"] if r["size"] == size), None)
+
+
+def summary_text(record: dict) -> str:
+    """Markdown: native's times, then per combo the speedup at 4/16/64 MiB and the largest size."""
+    combos = [c for c in record["combos"] if c["rows"]]
+    largest = max((r["size"] for c in combos for r in c["rows"]), default=0)
+    sizes = [s for s in SUMMARY_SIZES if s < largest] + ([largest] if largest else [])
+    head = [size_text(s) for s in sizes]
+    lines = [f"## {record['layout']}{'-' + record['rate'] if record['rate'] else ''}: "
+             f"{record['description']} ({record['ranks']} ranks)", "",
+             f"Started {record['started']}, load average {record['load_average_start']} "
+             f"(end: {record.get('load_average_end', '?')}). Speedup = native / zipcoll, "
+             "both timed in the same run; native = median over the runs at that size.", "",
+             "| combo | " + " | ".join(head) + " | ratio | rel. error | check |",
+             "|---|" + "---|" * (len(sizes) + 3)]
+    native = []
+    for s in sizes:
+        values = [r["native_avg_us"] for c in combos if (r := row_at(c, s))]
+        native.append(f"{statistics.median(values) / 1e3:.1f} ms" if values else "-")
+    lines.append("| native (MPI Allreduce) | " + " | ".join(native) + " | 1 | 0 | |")
+    for c in combos:
+        cells = [f"{r['speedup']:.2f}x" if (r := row_at(c, s)) else "-" for s in sizes]
+        last = c["rows"][-1]
+        ratio = f"{last['compression_ratio']:.1f}" if last.get("compression_ratio") else "1"
+        errors = [r["rel_error"] for r in c["rows"] if r.get("rel_error") is not None]
+        checks = {r.get("validation") for r in c["rows"]} - {None}
+        check = "FAIL" if "FAIL" in checks else ("PASS" if checks == {"PASS"} else "/".join(sorted(checks)) or "-")
+        failed = [r["sizes"] for r in c["runs"] if r["rc"] not in (0, 1)]
+        if failed:
+            check += f" (no result: {', '.join(failed)})"
+        error = f"{max(errors):.1e}" if errors else "-"
+        lines.append(f"| {c['combo']} | " + " | ".join(cells) + f" | {ratio} | {error} | {check} |")
+    missing = [c["combo"] for c in record["combos"] if not c["rows"]]
+    if missing:
+        lines += ["", "No rows at all: " + ", ".join(missing) + " (see runs.log)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(suite_json: Path, out: Path) -> None:
+    try:
+        from zipcoll.bench import plot as plot_command
+    except ImportError as error:
+        print(f"suite: no plots ({error})", file=sys.stderr)
+        return
+    if plot_command.main([str(suite_json), "-o", str(out)]):
+        print("suite: plotting failed", file=sys.stderr)
+
+
+# -- command line ----------------------------------------------------------------------
+def size_range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(":")
+    lo_n, hi_n = parse_size(lo), parse_size(hi or lo)
+    if not 1 <= lo_n <= hi_n:
+        raise argparse.ArgumentTypeError(f"size range {text!r}: need 1 <= MIN <= MAX")
+    return lo_n, hi_n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmarks/suite.py", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Default combos: " + " ".join(DEFAULT_COMBOS))
+    p.add_argument("--layout", required=True, type=lambda s: [Layout.parse(x) for x in s.split(",")],
+                   help="NODESxRANKS_PER_NODE, comma-separated: 1x4 (one node, no cluster), 2x2, 4x1")
+    p.add_argument("--rate", default=["1gbit"], type=lambda s: s.split(","),
+                   help="link rates for layouts of more than one node, comma-separated "
+                        "(tc units: 1gbit, 10gbit; 'none' = unshaped); default 1gbit")
+    p.add_argument("--burst", default=None, help="tbf burst (default: cluster.sh's 1 ms; 1mb from 5gbit up)")
+    p.add_argument("--sizes", default=(4 << 10, 256 * MiB), type=size_range, metavar="MIN:MAX",
+                   help="bytes per rank, doubling (default 4K:256M; --quick: 64K:256K and 2M:4M)")
+    p.add_argument("--combos", nargs="+", type=Combo.parse, default=None, metavar="ALG[+CODEC]",
+                   help="what to run beside native (default: all below; --quick: "
+                        + " ".join(QUICK_COMBOS) + ")")
+    p.add_argument("--quick", action="store_true", help="smoke run: 3 combos, 5 sizes, -i 2 -x 1")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="results go to OUT/<layout>-<rate>/ (default benchmarks/results)")
+    p.add_argument("--prefix", default="zcs", help="cluster.sh ZC_PREFIX for the suite's cluster (default zcs)")
+    p.add_argument("--run-timeout", type=float, default=900,
+                   help="kill a bench run after max(this, 5x its estimate) seconds (default 900)")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, commands and estimate; run nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print the bench tables")
+    return p
+
+
+def interrupted(signum: int, frame: object) -> None:
+    """TERM and HUP end the suite as Ctrl-C does: child killed, cluster down, results kept."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.combos = args.combos or [Combo.parse(c) for c in (QUICK_COMBOS if args.quick else DEFAULT_COMBOS)]
+    args.out = args.out.resolve()
+    suite = Suite(args)
+    if args.dry_run:
+        suite.dry_run()
+        return 0
+    if any(t.layout.nodes > 1 for t in suite.targets) and os.geteuid() != 0:
+        print("suite: layouts of more than one node need root (network namespaces)", file=sys.stderr)
+        return 2
+    print(f"suite: {suite.total_runs} runs, estimated {clock(suite.total_estimate)} "
+          f"(load average {load_average()})", flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where a shell ignored it
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
+    ok = True
+    try:
+        for target in suite.targets:
+            ok &= suite.run_target(target)
+    except KeyboardInterrupt:
+        suite.stop_child()
+        print("suite: interrupted; cluster taken down, partial results kept", file=sys.stderr)
+        return 130
+    print(f"suite: done in {clock(time.monotonic() - suite.started)}; results under {relative(args.out)}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
