@@ -1,6 +1,7 @@
 """A Plan -> the steps that carry it out: which schedule, which encoders, staging of GPU data."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -14,12 +15,16 @@ from zipcoll.collectives.native import native_allreduce
 from zipcoll.collectives.plan import Plan
 from zipcoll.collectives.recursive import rabenseifner_allreduce
 from zipcoll.collectives.ring import ring_allreduce, ring_allreduce_compressed
-from zipcoll.collectives.schedule import Steps, copy_in
+from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
 from zipcoll.collectives.tree import (dbtree_allreduce, dbtree_allreduce_compressed,
                                       tree_allreduce, tree_allreduce_compressed)
 from zipcoll.collectives.twophase import twophase_allreduce_compressed
 from zipcoll.codecs import Codec
-from zipcoll.transport import Transport, cuda_aware
+from zipcoll.transport import TAGS_PER_CALL, Transport, cuda_aware
+
+# Two-level schedules run in slices of about this many bytes, this many at once.
+SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 4 << 20))
+PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 2))
 
 # (t, buf, op, tag, xp, send=None): any predefined op, in place on buf or from send.
 LOSSLESS: dict[str, Callable[..., Steps]] = {
@@ -68,14 +73,31 @@ def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, blocking:
 
 def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,
                blocking: bool) -> Steps:
+    """The two-level schedule over slices of the message, a few in flight at once.
+
+    While one slice waits on the slow link, the next reduces in shared memory or encodes.
+    """
     levels = make_levels(t, plan.kind, plan.topology)
-    inner = _inner_schedule(plan, _maybe_encoder(plan, plan.codec, "inter", t.rank, tag, t.size),
-                            blocking)
+    inter = _maybe_encoder(plan, plan.codec, "inter", t.rank, tag, t.size)
     intra = None
     if plan.intra_codec is not None:  # seeds of the allgather's encodes are alike on every node
         intra = (_encoder(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size),
                  _encoder(plan, plan.intra_codec, "intra-ag", levels.intra.rank, tag, t.size))
-    return two_level_allreduce(levels, recv, plan.op, inner, tag, xp, send, intra)
+    slices = chunk_bounds(recv.size, _slice_count(recv.nbytes))
+
+    def one(index: int, lo: int, hi: int) -> Steps:
+        scope = f"slice{index}/"
+        inner = _inner_schedule(plan, inter and inter.scoped(scope), blocking)
+        encoders = intra and tuple(e.scoped(scope) for e in intra)
+        return two_level_allreduce(levels, recv[lo:hi], plan.op, inner, tag + 2 * index, xp,
+                                   None if send is None else send[lo:hi], encoders)
+
+    return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), PIPELINE_WINDOW)
+
+
+def _slice_count(nbytes: int) -> int:
+    """Slices of about SLICE_BYTES, each with two tags of the call's TAGS_PER_CALL."""
+    return max(1, min(-(-nbytes // SLICE_BYTES), TAGS_PER_CALL // 2))
 
 
 def _inner_schedule(plan: Plan, encoder: Encoder | None, blocking: bool) -> Callable[..., Steps]:

@@ -7,6 +7,7 @@ feedback), so repeated calls on the same tensor cancel the compression bias.
 """
 from __future__ import annotations
 
+import copy
 import zlib
 from typing import Any, Hashable
 
@@ -58,14 +59,22 @@ class Encoder:
     """One call's codec at one level: encode at named sites, decode, size payloads."""
 
     def __init__(self, codec: Codec, *, rank: int, call: int, key: Hashable = None,
-                 context: tuple = ()):
+                 context: tuple = (), prefix: str = ""):
         self.codec = codec
         self._rank = rank
         self._call = call
+        self._prefix = prefix
         self._feedback = None if key is None else FEEDBACK.feedback(key, codec, context)
+
+    def scoped(self, prefix: str) -> "Encoder":
+        """The same encoder with its sites under `prefix` (one slice of a pipelined call)."""
+        scoped = copy.copy(self)
+        scoped._prefix = self._prefix + prefix
+        return scoped
 
     def encode(self, x: Any, site: str, out: Any = None) -> Any:
         """Payload of `x` at `site` (with that site's residual added, under a key)."""
+        site = self._prefix + site
         seed = self._seed(site) if self.codec.stochastic else None
         if self._feedback is None:
             return self.codec.encode(x, out=out, seed=seed)

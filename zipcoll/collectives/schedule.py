@@ -6,7 +6,7 @@ the end (blocking); `zipcoll.Request` drives one a step per `test()` (non-blocki
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Iterator
 
 from mpi4py import MPI
 
@@ -62,8 +62,23 @@ def side_by_side(*schedules: Steps) -> Steps:
     Lock-step would deadlock: a rank may be a leaf (ready) in one tree and wait as a
     parent in the other, while its peer waits the other way round.
     """
-    live = {steps: [] for steps in schedules}
-    while live:
+    yield from pipelined(iter(schedules), window=len(schedules))
+
+
+def pipelined(schedules: Iterator[Steps], window: int) -> Steps:
+    """Run schedules with at most `window` in flight, starting the next when one ends.
+
+    While one waits on the network, another computes (encodes, reduces): the overlap
+    that hides codec time behind a slow link.
+    """
+    live: dict = {}
+    waiting = True
+    while live or waiting:
+        while waiting and len(live) < window:
+            steps = next(schedules, None)
+            waiting = steps is not None
+            if waiting:
+                live[steps] = []
         for steps in list(live):
             while test(live[steps]):
                 try:
@@ -71,5 +86,5 @@ def side_by_side(*schedules: Steps) -> Steps:
                 except StopIteration:
                     del live[steps]
                     break
-        if live:
+        if live and not (waiting and len(live) < window):
             yield AnyOf(request for requests in live.values() for request in requests)
