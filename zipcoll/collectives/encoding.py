@@ -8,7 +8,9 @@ feedback), so repeated calls on the same tensor cancel the compression bias.
 from __future__ import annotations
 
 import copy
+import os
 import zlib
+from collections import OrderedDict
 from typing import Any, Hashable
 
 import numpy as np
@@ -21,35 +23,60 @@ class FeedbackStore:
 
     Memory: per live key, one array the size of what this rank encodes for that key in
     one call (about the message size for ring, tree and two-phase; the whole message
-    for allgather). A key whose shape, dtype, codec or algorithm changes starts over;
-    `reset(key)` frees one key, `reset()` all.
+    for allgather). A key whose shape, dtype, codec or algorithm changes starts over.
+    A key not used in the last `idle_calls` look-ups (ZIPCOLL_FEEDBACK_IDLE_CALLS,
+    default 10000: far more tensors than a model has) is dropped, so the store holds
+    memory only for keys still in use. `reset(key)` frees one key, `reset()` all.
     """
 
-    def __init__(self) -> None:
-        self._by_key: dict[Hashable, tuple[tuple, ErrorFeedback]] = {}
+    def __init__(self, idle_calls: int | None = None) -> None:
+        if idle_calls is None:
+            idle_calls = int(os.environ.get("ZIPCOLL_FEEDBACK_IDLE_CALLS", 10000))
+        self.idle_calls = idle_calls
+        self._by_key: OrderedDict[Hashable, tuple[tuple, ErrorFeedback, int]] = OrderedDict()
+        self._clock = 0
 
     def feedback(self, key: Hashable, codec: Codec, context: tuple) -> ErrorFeedback:
         """The ErrorFeedback holding `key`'s residuals, fresh if the context changed."""
-        held = self._by_key.get(key)
-        if held is None or held[0] != (codec, context):
-            held = ((codec, context), ErrorFeedback(codec))
-            self._by_key[key] = held
-        return held[1]
+        self._clock += 1
+        held = self._by_key.pop(key, None)
+        fresh = held is None or held[0] != (codec, context)
+        feedback = ErrorFeedback(codec) if fresh else held[1]
+        self._by_key[key] = ((codec, context), feedback, self._clock)  # most recent last
+        self._drop_idle()
+        return feedback
+
+    def _drop_idle(self) -> None:
+        while self._by_key:
+            oldest = next(iter(self._by_key.values()))
+            if oldest[2] >= self._clock - self.idle_calls:
+                return
+            self._by_key.popitem(last=False)
 
     def reset(self, key: Hashable = ...) -> None:
-        """Free the residuals of `key`, or of every key when called without one."""
+        """Free the residuals of `key` (every level of it), or of every key without one."""
         if key is ...:
             self._by_key.clear()
-        else:
-            self._by_key.pop(key, None)
+            return
+        for held in [k for k in self._by_key if k == key or _names(k, key)]:
+            del self._by_key[held]
 
     def keys(self) -> list:
-        """The keys that hold residuals."""
-        return list(self._by_key)
+        """The keys that hold residuals (as given to allreduce)."""
+        return list(dict.fromkeys(_user_key(k) for k in self._by_key))
 
     def nbytes(self) -> int:
         """Bytes held by all residuals."""
-        return sum(feedback.nbytes() for _, feedback in self._by_key.values())
+        return sum(feedback.nbytes() for _, feedback, _ in self._by_key.values())
+
+
+def _names(stored: Hashable, key: Hashable) -> bool:
+    """Whether a stored (key, level) entry belongs to the caller's `key`."""
+    return isinstance(stored, tuple) and len(stored) == 2 and stored[0] == key
+
+
+def _user_key(stored: Hashable) -> Hashable:
+    return stored[0] if isinstance(stored, tuple) and len(stored) == 2 else stored
 
 
 FEEDBACK = FeedbackStore()
