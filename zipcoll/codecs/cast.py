@@ -15,6 +15,8 @@ class _Cast(Codec):
     """One value of ``wire_dtype`` an element after the header."""
 
     wire_dtype = np.dtype(np.float16)
+    #: kernel decoding the wire values into float32 (``None``: NumPy's cast)
+    _decode_kernel: str | None = None
 
     def _item(self, dtype) -> int:
         """Wire bytes an element."""
@@ -33,6 +35,9 @@ class _Cast(Codec):
         return p
 
     def _decode(self, bk, h, payload, out, accumulate):
+        if self._decode_kernel and out.dtype == np.float32:
+            kernel = getattr(bk.kernels, self._decode_kernel)
+            return kernel(payload[HEADER_BYTES:].view(np.uint16), out, accumulate)
         values = self._cast_from(bk, payload[HEADER_BYTES:], h.dtype)
         if accumulate:
             out += values
@@ -61,6 +66,12 @@ class FP16(_Cast):
 
     codec_id = "fp16"
     wire_tag = 1
+    _decode_kernel = "fp16_decode"
+
+    def _cast_to(self, bk, x, body) -> None:
+        if x.dtype != np.float32:  # NumPy rounds float64 to half once, directly
+            return super()._cast_to(bk, x, body)
+        bk.kernels.fp16_encode(x.view(np.uint32), body.view(np.uint16))
 
 
 class BF16(_Cast):
@@ -69,9 +80,11 @@ class BF16(_Cast):
     codec_id = "bf16"
     wire_tag = 2
     wire_dtype = np.dtype(np.uint16)
+    _decode_kernel = "bf16_decode"
 
     def _cast_to(self, bk, x, body) -> None:
-        x32 = x.astype(np.float32) if x.dtype != np.float64 else _round_to_odd32(bk.xp, x)
+        x32 = x if x.dtype == np.float32 else (
+            x.astype(np.float32) if x.dtype != np.float64 else _round_to_odd32(bk.xp, x))
         bk.kernels.bf16_encode(x32.view(np.uint32), body.view(np.uint16))
 
     def _cast_from(self, bk, body, dtype):

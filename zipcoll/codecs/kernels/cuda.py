@@ -89,6 +89,28 @@ def bf16_encode(bits32, out16):
     _bf16_encode[_grid(bits32.size), _THREADS](bits32, out16)
 
 
+def fp16_encode(bits32, out16):
+    """IEEE half bits of each float32 (given as its uint32 bits): the array library's cast."""
+    out16.view(np.float16)[...] = bits32.view(np.float32)
+
+
+def fp16_decode(in16, out, accumulate):
+    """float32 ``out`` (+)= the IEEE halves whose bits are ``in16``."""
+    _widen(in16.view(np.float16), out, accumulate)
+
+
+def bf16_decode(in16, out, accumulate):
+    """float32 ``out`` (+)= the bfloat16 values whose bits are ``in16``."""
+    _widen((in16.astype(np.uint32) << 16).view(np.float32), out, accumulate)
+
+
+def _widen(values, out, accumulate):
+    if accumulate:
+        out += values
+    else:
+        out[...] = values
+
+
 def randomk_gather(x, values, k, seed):
     """values[j] = x[index j] for the k stratified random indices of stream ``seed``."""
     _randomk_gather[_grid(k), _THREADS](x, values, k, seed)

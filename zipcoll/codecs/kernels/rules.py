@@ -204,6 +204,47 @@ def bf16_bits(b):
 
 
 @njit(cache=True)
+def f16_bits(b):
+    """IEEE half bits of the float32 with bits ``b``, as NumPy casts (round to nearest even).
+
+    Overflow gives +-Inf; a NaN keeps its sign and top 10 payload bits (one set if none is).
+    """
+    b = np.uint32(b)
+    sign = (b >> np.uint32(16)) & np.uint32(0x8000)
+    a = b & np.uint32(0x7FFFFFFF)
+    nan = np.uint32(0x7C00) + (a >> np.uint32(13) & np.uint32(0x3FF))
+    nan = max(nan, np.uint32(0x7C01))
+    lsb = (a >> np.uint32(13)) & np.uint32(1)
+    normal = (a + np.uint32(0xFFF - 0x38000000) + lsb) >> np.uint32(13)
+    # below 2**-14 (subnormal half): adding 0.5 leaves the half step as the ulp, so the
+    # float addition itself rounds to nearest even
+    tiny = np.float32(np.uint32(a).view(np.float32) + np.float32(0.5)).view(np.uint32) - np.uint32(0x3F000000)
+    h = (nan if a > np.uint32(0x7F800000) else np.uint32(0x7C00) if a >= np.uint32(0x477FF000)
+         else normal if a >= np.uint32(0x38800000) else tiny)
+    return np.uint16(sign | h)
+
+
+@njit(cache=True)
+def f16_value(h):
+    """float32 value of the IEEE half bits ``h`` (exact; NaN payloads kept, as NumPy does)."""
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    e = h & np.uint32(0x7C00)
+    m = h & np.uint32(0x3FF)
+    sub = np.float32(np.float32(m) * np.float32(2.0**-24)).view(np.uint32)
+    wide = np.uint32(0x7F800000) | (m << np.uint32(13))
+    normal = ((h & np.uint32(0x7FFF)) + np.uint32(0x1C000)) << np.uint32(13)
+    bits = sub if e == np.uint32(0) else wide if e == np.uint32(0x7C00) else normal
+    return np.uint32(sign | bits).view(np.float32)
+
+
+@njit(cache=True)
+def bf16_value(h):
+    """float32 value of the bfloat16 bits ``h`` (exact)."""
+    return np.uint32(np.uint32(h) << np.uint32(16)).view(np.float32)
+
+
+@njit(cache=True)
 def stratum(j, n, k):
     """Bounds [lo, hi) of the j-th of k equal strata of range(n)."""
     return (j * n) // k, ((j + 1) * n) // k
