@@ -183,3 +183,19 @@ KINDS = [
     Kind("memoryview", lambda a: memoryview(a.copy())),
     Kind("dlpack", lambda a: DLPackOnly(a.copy())),
 ]
+
+
+# -- compressed all-reduce: error bounds (tests/mpi/test_compressed.py) -------------------
+
+def window_max(a: np.ndarray, radius: int) -> np.ndarray:
+    """out[i] = max(a[i - radius : i + radius + 1]) (zero-padded), in O(n log radius)."""
+    a = np.asarray(a, np.float64)
+    if a.size == 0 or radius <= 0:
+        return a.copy()
+    width = 2 * radius + 1
+    m = np.concatenate([np.zeros(radius), a, np.zeros(radius)])
+    span = 1
+    while span * 2 <= width:  # m[i] = max(padded[i : i + 2 * span])
+        m = np.maximum(m[:-span], m[span:])
+        span *= 2
+    return np.maximum(m[:a.size], m[width - span:width - span + a.size])
