@@ -29,6 +29,7 @@ run_one() {
       --codec "$codec" -c -i 1 -x 1 > "$log" 2>&1
   local rc=$? verdict
   verdict=$(grep -o '# Validation: [A-Z]*' "$log" | tail -1 | cut -d' ' -f3)
+  grep -q "cannot use codec" "$log" && verdict="refused (ValueError: $(grep -o 'algorithms that can: [a-z, ]*' "$log" | head -1))"
   [ $rc -ne 0 ] && [ -z "$verdict" ] && verdict="ERROR (rc $rc)"
   local worst
   worst=$(awk '/^[0-9]/ {print $(NF-1)}' "$log" | sort -g | tail -1)

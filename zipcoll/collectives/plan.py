@@ -13,15 +13,13 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
 from zipcoll.collectives import select
+from zipcoll.collectives.select import COMPRESSED, accepting_schedules
 from zipcoll.collectives.hierarchical import KINDS, check_topology
 from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.topologies import Topology
 
 LOSSLESS = ("native", "ring", "tree", "dbtree", "rabenseifner")
-COMPRESSED = ("ring", "tree", "dbtree", "twophase", "allgather")
-# Per-hop schedules preallocate what they receive: only these take any-size payloads.
-ANY_SIZE_PAYLOADS = ("allgather",)
 FLAT = tuple(dict.fromkeys(LOSSLESS + COMPRESSED))
 ALGORITHMS = ("auto",) + FLAT + KINDS
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -135,7 +133,7 @@ def _codec(spec: Any) -> Codec | None:
 
 
 def _check_schedule(schedule: str, codec: Codec) -> None:
-    accepting = [a for a in COMPRESSED if codec.fixed_size or a in ANY_SIZE_PAYLOADS]
+    accepting = accepting_schedules(codec)
     if schedule not in accepting:
         raise ValueError(f"algorithm {schedule!r} cannot use codec {codec.codec_id!r}; "
                          f"algorithms that can: {', '.join(accepting)} (and hierarchical:X, "

@@ -12,6 +12,10 @@ import os
 from typing import Any
 
 AUTO_LARGE_BYTES = int(os.environ.get("ZIPCOLL_AUTO_LARGE_BYTES", 16 << 20))
+COMPRESSED = ("ring", "tree", "dbtree", "twophase", "allgather")
+# Per-hop schedules preallocate what they receive: only these take any-size payloads.
+ANY_SIZE_PAYLOADS = ("allgather",)
+PER_HOP = ("ring", "tree", "dbtree")
 
 
 def choose(nbytes: int, topology: Any, codec: Any) -> tuple[str, bool]:
@@ -26,6 +30,18 @@ def choose(nbytes: int, topology: Any, codec: Any) -> tuple[str, bool]:
     return "ring", False
 
 
+def accepting_schedules(codec: Any) -> list[str]:
+    """The compressed schedules that can use `codec`.
+
+    Per-hop schedules preallocate what they receive (fixed-size payloads only), and
+    re-encode partial sums at every hop: a rescaling sparsifier (sparse and unbiased,
+    e.g. randomk) would multiply its 1/ratio scale into the sum hop after hop.
+    """
+    rescaling = codec.sparse and codec.unbiased
+    return [a for a in COMPRESSED
+            if a in ANY_SIZE_PAYLOADS or codec.fixed_size and not (rescaling and a in PER_HOP)]
+
+
 def default_inner(codec: Any) -> str:
-    """The inter-node schedule of a two-level algorithm: ring, or allgather for any-size payloads."""
-    return "ring" if codec is None or codec.fixed_size else "allgather"
+    """The inter-node schedule of a two-level algorithm: ring where the codec allows, else allgather."""
+    return "ring" if codec is None or "ring" in accepting_schedules(codec) else "allgather"
