@@ -99,7 +99,16 @@ class _Sparse(Codec):
 
 def _count_nonfinite(xp, a) -> int:
     """Number of NaN/Inf elements of ``a``."""
+    if isinstance(a, np.ndarray) and a.dtype != np.float16:  # one pass, no temporary
+        return int(cpu_kernels().count_nonfinite(a))
     return int(a.size - xp.count_nonzero(xp.isfinite(a)))
+
+
+def cpu_kernels():
+    """The CPU kernel module (imported on first use, as the backends do)."""
+    from .kernels import cpu
+
+    return cpu
 
 
 def _check_count(codec_id: str, ratio, k) -> None:
@@ -156,6 +165,8 @@ class TopK(_Counted):
 def _topk_indices(xp, x, k: int):
     """Sorted int32 indices of the k largest |x| (NaN largest), ties to the lower index."""
     n = x.size
+    if isinstance(x, np.ndarray) and x.dtype != np.float16:
+        return cpu_kernels().topk_indices(x, k)
     if k == 0:
         return xp.zeros(0, np.int32)
     if k == n:

@@ -1,5 +1,6 @@
 """CPU kernels: the rules of ``rules.py`` in ``numba.njit`` loops, parallel over blocks."""
 import functools
+import math
 
 import numpy as np
 from numba import njit, prange
@@ -59,11 +60,45 @@ def block_decode(codes, scales, out, block, bits, accumulate):
     _decoder(bits, bool(accumulate), out.size >= PARALLEL_MIN)(codes, scales, out, block)
 
 
-@njit(parallel=True, cache=True)
+@functools.lru_cache(maxsize=None)
+def _narrow(rule, parallel):
+    """Kernel writing ``out16[i] = rule(bits32[i])``."""
+    @njit(parallel=parallel, cache=True)
+    def narrow(bits32, out16):
+        for i in prange(bits32.size):
+            out16[i] = rule(bits32[i])
+    return narrow
+
+
+@functools.lru_cache(maxsize=None)
+def _widen(rule, accumulate, parallel):
+    """Kernel writing ``out[i] (+)= rule(in16[i])``."""
+    @njit(parallel=parallel, cache=True)
+    def widen(in16, out):
+        for i in prange(out.size):
+            v = rule(in16[i])
+            out[i] = out[i] + v if accumulate else v
+    return widen
+
+
+def fp16_encode(bits32, out16):
+    """IEEE half bits of each float32 (given as its uint32 bits), as NumPy rounds."""
+    _narrow(rules.f16_bits, bits32.size >= PARALLEL_MIN)(bits32, out16)
+
+
 def bf16_encode(bits32, out16):
     """bfloat16 bits of each float32 (given as its uint32 bits)."""
-    for i in prange(bits32.size):
-        out16[i] = rules.bf16_bits(bits32[i])
+    _narrow(rules.bf16_bits, bits32.size >= PARALLEL_MIN)(bits32, out16)
+
+
+def fp16_decode(in16, out, accumulate):
+    """float32 ``out`` (+)= the IEEE halves whose bits are ``in16``."""
+    _widen(rules.f16_value, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
+
+
+def bf16_decode(in16, out, accumulate):
+    """float32 ``out`` (+)= the bfloat16 values whose bits are ``in16``."""
+    _widen(rules.bf16_value, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
 
 
 @njit(cache=True)
@@ -95,3 +130,116 @@ def scatter(indices, values, out, accumulate):
             out[indices[j]] += values[j]
         else:
             out[indices[j]] = values[j]
+
+
+# top-k: elements sampled to place the cut below the k-th largest |x|, and chunks of the
+# parallel pass that gathers the elements above the cut
+_TOPK_SAMPLE = 1 << 16
+_TOPK_CHUNKS = 64
+
+
+@njit(cache=True)
+def _topk_key(b, absmask, nan):
+    """Order key of |x| from the IEEE bits ``b`` of x: unsigned order of |x|, NaN highest."""
+    return min(b & absmask, nan)
+
+
+@njit(parallel=True, cache=True)
+def _topk_gather(xb, absmask, nan, cut, cand, counts):
+    """Indices of the keys >= ``cut``, in order; chunk c's from its first index in ``cand``."""
+    nchunks = counts.size
+    n = xb.size
+    for c in prange(nchunks):
+        lo, hi = c * n // nchunks, (c + 1) * n // nchunks
+        j = lo
+        g = lo
+        while g < hi:  # a vectorized max skips the groups of 16 with no candidate
+            end = min(g + 16, hi)
+            m = xb.dtype.type(0)
+            for i in range(g, end):
+                m = max(m, _topk_key(xb[i], absmask, nan))
+            if m >= cut:
+                for i in range(g, end):
+                    if _topk_key(xb[i], absmask, nan) >= cut:
+                        cand[j] = i
+                        j += 1
+            g = end
+        counts[c] = j - lo
+
+
+@njit(cache=True)
+def _topk_cut(xb, k, absmask, nan):
+    """A key that a few more than k keys reach, from a strided sample (0: take all)."""
+    n = xb.size
+    step = max(n // _TOPK_SAMPLE, 1)
+    sample = np.empty((n + step - 1) // step, xb.dtype)
+    for j in range(sample.size):
+        sample[j] = _topk_key(xb[j * step], absmask, nan)
+    expect = k / n * sample.size
+    rank = int(1.2 * expect + 4 * np.sqrt(expect) + 16)  # from the top
+    if rank >= sample.size:
+        return xb.dtype.type(0)
+    return np.partition(sample, sample.size - 1 - rank)[sample.size - 1 - rank]
+
+
+@njit(cache=True)
+def _topk_from_bits(xb, k, absmask, nan, cand, counts):
+    """Sorted indices of the k largest keys of ``xb``, ties to the lower index (0 < k < n)."""
+    n = xb.size
+    nchunks = counts.size
+    cut = _topk_cut(xb, k, absmask, nan)
+    _topk_gather(xb, absmask, nan, cut, cand, counts)
+    if counts.sum() < k:  # the sample misled: every element is a candidate
+        _topk_gather(xb, absmask, nan, xb.dtype.type(0), cand, counts)
+    keys = np.empty(counts.sum(), xb.dtype)
+    m = 0
+    for c in range(nchunks):
+        lo = c * n // nchunks
+        for j in range(lo, lo + counts[c]):
+            keys[m] = _topk_key(xb[cand[j]], absmask, nan)
+            m += 1
+    kth = np.partition(keys, m - k)[m - k]
+    ties = k  # how many keys equal to the k-th are taken: k less those above it
+    for key in keys:
+        ties -= key > kth
+    out = np.empty(k, np.int32)
+    o = 0
+    for c in range(nchunks):
+        lo = c * n // nchunks
+        for j in range(lo, lo + counts[c]):
+            key = _topk_key(xb[cand[j]], absmask, nan)
+            if key > kth or (key == kth and ties > 0):
+                ties -= key == kth
+                out[o] = cand[j]
+                o += 1
+    return out
+
+
+def topk_indices(x, k):
+    """Sorted int32 indices of the k largest |x| (NaN largest), ties to the lower index.
+
+    A strided sample places a cut a little below the k-th largest |x|; one parallel pass
+    gathers the indices at or above it, and the k-th is selected among those alone.
+    """
+    n = x.size
+    if k == 0:
+        return np.zeros(0, np.int32)
+    if k >= n:
+        return np.arange(n, dtype=np.int32)
+    wide = x.dtype == np.float64
+    xb = x.view(np.uint64 if wide else np.uint32)
+    t = xb.dtype.type
+    absmask, nan = (t(0x7FFFFFFFFFFFFFFF), t(0x7FF0000000000001)) if wide else (
+        t(0x7FFFFFFF), t(0x7F800001))
+    cand = np.empty(n, np.int32)  # chunk c's candidates from its first index; pages untouched
+    counts = np.zeros(_TOPK_CHUNKS if n >= PARALLEL_MIN else 1, np.int64)
+    return _topk_from_bits(xb, k, absmask, nan, cand, counts)
+
+
+@njit(parallel=True, cache=True)
+def count_nonfinite(x):
+    """Number of NaN/Inf elements of ``x``."""
+    c = 0
+    for i in prange(x.size):
+        c += not math.isfinite(x[i])
+    return c
