@@ -46,7 +46,8 @@ def wait(requests: list) -> None:
 def test(requests: list) -> bool:
     """Whether a step's requests allow the schedule to go on, without blocking."""
     if isinstance(requests, AnyOf):
-        return MPI.Request.Testany(requests)[1]
+        # an outer wait may already have completed (and nulled) one of these
+        return any(r == MPI.REQUEST_NULL for r in requests) or MPI.Request.Testany(requests)[1]
     return MPI.Request.Testall(requests)
 
 
@@ -87,4 +88,5 @@ def pipelined(schedules: Iterator[Steps], window: int) -> Steps:
                     del live[steps]
                     break
         if live and not (waiting and len(live) < window):
-            yield AnyOf(request for requests in live.values() for request in requests)
+            yield AnyOf(request for requests in live.values() for request in requests
+                        if request != MPI.REQUEST_NULL)
