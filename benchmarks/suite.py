@@ -184,8 +184,9 @@ def estimate_run(segment: Segment, layout: Layout, rate: str) -> float:
     total = 3.0 if layout.nodes == 1 else 5.0
     for size in segment.sizes:
         t = native_seconds(size, layout, rate)
-        iterations = segment.iterations or (1000 if size <= 8192 else 100)
-        warmup = 100 if segment.warmup is None and size <= 8192 else (segment.warmup or 10)
+        small = size <= 8192                   # OSU's defaults where -i/-x are not given
+        iterations = segment.iterations if segment.iterations is not None else (1000 if small else 100)
+        warmup = segment.warmup if segment.warmup is not None else (100 if small else 10)
         calls = iterations + warmup
         if segment.budget:
             fit = int(segment.budget / (2 * t))
@@ -457,7 +458,7 @@ def new_record(target: Target, args: argparse.Namespace) -> dict:
         "ranks_per_node": layout.per_node, "ranks": layout.ranks,
         "rate": None if layout.nodes == 1 else target.rate,
         "description": layout.describe(target.rate), "quick": args.quick,
-        "started": now(), "load_average_start": load_average(), "combos": [],
+        "started": now(), "load_average_start": load_average(), "note": args.note, "combos": [],
     }
 
 
@@ -511,7 +512,8 @@ def summary_text(record: dict) -> str:
              f"{record['description']} ({record['ranks']} ranks)", "",
              f"Started {record['started']}, load average {record['load_average_start']} "
              f"(end: {record.get('load_average_end', '?')}). Speedup = native / zipcoll, "
-             "both timed in the same run; native = median over the runs at that size.", "",
+             "both timed in the same run; native = median over the runs at that size."
+             + (f"\n\n**{record['note']}**" if record.get("note") else ""), "",
              "| combo | " + " | ".join(head) + " | ratio | rel. error | check |",
              "|---|" + "---|" * (len(sizes) + 3)]
     native = []
@@ -577,6 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="zcs", help="cluster.sh ZC_PREFIX for the suite's cluster (default zcs)")
     p.add_argument("--run-timeout", type=float, default=900,
                    help="kill a bench run after max(this, 5x its estimate) seconds (default 900)")
+    p.add_argument("--note", default=None, help="a line for summary.md and suite.json, e.g. 'preliminary'")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     p.add_argument("--dry-run", action="store_true", help="print the plan, commands and estimate; run nothing")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the bench tables")

@@ -106,7 +106,8 @@ def _subtitle(contexts: list[dict]) -> str:
         parts.append(started[:10])
     if one("load_average_start"):
         parts.append(f"load avg {one('load_average_start')}")
-    return ", ".join(parts) + ("; " if parts else "") + "native = the MPI library's Allreduce, same runs"
+    text = ", ".join(parts) + ("; " if parts else "") + "native = the MPI library's Allreduce, same runs"
+    return f"{one('note')}\n{text}" if one("note") else text
 
 
 # -- native: one line from every run that timed it ---------------------------------------
@@ -172,7 +173,7 @@ def draw(figs: Figures, out_dir: Path, name: str) -> list[Path]:
         for i, s in enumerate(figs.series):
             xs = [r["size"] for r in s.rows]
             ratio = s.rows[-1].get("compression_ratio")
-            label = s.label + (f"  ({ratio:.1f}x smaller)" if ratio else "")
+            label = s.label + (f"  (codec ratio {ratio:.1f})" if ratio else "")
             ax.plot(xs, [value(r) for r in s.rows], marker=MARKERS[i % len(MARKERS)], ms=4,
                     lw=1.4, ls="-" if not s.lossy else "-.", color=f"C{i % 10}", label=label)
         ax.set_xscale("log", base=2)
