@@ -263,11 +263,8 @@ def test_codec_per_level(comm, algorithm, layout, spec):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: zipcoll/codecs/cast.py _Cast.error_bound takes tiny = "
-    "np.finfo(float16).smallest_subnormal, a float16 scalar, so tiny / 2 = 2**-25 rounds to "
-    "0 in float16: below 2**-14 the bound is |x| eps/2, less than the half-step 2**-25 error"))
 def test_fp16_bound_below_2_to_minus_14(comm):
+    """fp16's bound keeps the subnormal half-step 2**-25 (it once rounded to 0 in float16)."""
     x = np.full(8, 1e-6 / comm.size, np.float32)  # the sum, 1e-6, is below fp16's normal range
     got = zipcoll.allreduce(x, algorithm="allgather", codec="fp16", comm=comm)
     exact = np.stack([x] * comm.size).astype(np.float64).sum(0)

@@ -56,7 +56,8 @@ class _Cast(Codec):
         """Half an ulp of the wire type at |x| (relative ``eps/2``, or its subnormal step)."""
         x = np.abs(np.asarray(x, dtype=np.float64))
         info = np.finfo(self.wire_dtype) if self.wire_dtype != np.uint16 else None
-        eps, tiny = (info.eps, info.smallest_subnormal) if info else (2.0**-7, 2.0**-133)
+        # as Python floats: tiny / 2 in float16 would round to 0
+        eps, tiny = (float(info.eps), float(info.smallest_subnormal)) if info else (2.0**-7, 2.0**-133)
         bound = np.maximum(x * eps / 2 * (1 + 1e-12), tiny / 2)
         return np.where(np.isfinite(x), bound, np.inf)
 

@@ -18,6 +18,7 @@ from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import ALGORITHMS, Plan, make_plan, split_algorithm
 from zipcoll.collectives.schedule import Steps, run, test, wait
 from zipcoll.codecs import Codec, get_codec
+from zipcoll.codecs.backend import share_cores
 from zipcoll.topologies import Topology
 from zipcoll.transport import Transport, transport_for
 
@@ -116,7 +117,17 @@ def _transport(comm: Any) -> Transport:
     t = transport_for(check_comm(comm))
     if t.topology is None:
         t.topology = Topology.from_comm(t.comm)
+        share_cores(_ranks_on_this_node(t.comm))
     return t
+
+
+def _ranks_on_this_node(comm: MPI.Comm) -> int:
+    """Ranks of `comm` sharing this machine's cores (emulated nodes share them too)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
 
 
 def _topology(t: Transport, topology: Topology | None) -> Topology:
