@@ -23,8 +23,8 @@ from zipcoll.codecs import Codec
 from zipcoll.transport import TAGS_PER_CALL, Transport, cuda_aware
 
 # Two-level schedules run in slices of about this many bytes, this many at once.
-SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 4 << 20))
-PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 2))
+SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 2 << 20))
+PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 8))
 
 # (t, buf, op, tag, xp, send=None): any predefined op, in place on buf or from send.
 LOSSLESS: dict[str, Callable[..., Steps]] = {
