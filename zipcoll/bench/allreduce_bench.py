@@ -33,6 +33,17 @@ OPS = {name: getattr(MPI, name.upper())
 EXACT_OPS = ("max", "min", "land", "lor", "lxor", "band", "bor", "bxor")
 
 
+def _algorithm(name: str) -> str:
+    """An algorithm name zipcoll knows (argparse type)."""
+    from zipcoll.collectives.plan import split_algorithm
+
+    try:
+        split_algorithm(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line: OSU's options (-m -i -x -f -c) plus zipcoll's."""
     p = argparse.ArgumentParser(prog="zipcoll-bench allreduce", description=__doc__.split("\n")[0])
@@ -45,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--full", action="store_true", help="also Min, Max latency and iterations")
     p.add_argument("-c", "--validate", action="store_true",
                    help="check zipcoll's result against the MPI library's, per size")
-    p.add_argument("-a", "--algorithm", default="ring", choices=zipcoll.ALGORITHMS)
+    p.add_argument("-a", "--algorithm", default="ring", type=_algorithm,
+                   help=f"one of {', '.join(zipcoll.ALGORITHMS)}; two-level ones may name their "
+                        "inter-node schedule, e.g. hierarchical:allgather")
     p.add_argument("--codec", default=None, help="codec spec, e.g. int8 or topk:ratio=0.01")
     p.add_argument("-d", "--dtype", default="float32", help="NumPy dtype name (default float32)")
     p.add_argument("--op", default="sum", choices=tuple(OPS))
