@@ -50,6 +50,15 @@ class Transport:
         """Send to one peer while receiving from another (both started, none waited)."""
         return [self.irecv(recv, source, tag), self.isend(send, dest, tag)]
 
+    def exchange_with_all(self, send: Any, recvs: list, tag: int) -> list:
+        """Send `send` to every other rank and receive recvs[j] from each rank j (all started).
+
+        Point to point, so it matches by tag whatever order concurrent schedules start in.
+        """
+        peers = [j for j in range(self.size) if j != self.rank]
+        return ([self.irecv(recvs[j], j, tag) for j in peers]
+                + [self.isend(send, j, tag) for j in peers])
+
     # -- collectives the schedules lean on ----------------------------------------
     def allreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> None:
         """The MPI library's own Allreduce (typed, so MPI applies `op`)."""

@@ -12,25 +12,31 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.encoding import Encoder
-from zipcoll.collectives.schedule import Steps
+from zipcoll.collectives.schedule import Steps, split_space
 from zipcoll.transport import Transport
 
 
 def allgather_allreduce_compressed(t: Transport, buf: Any, enc: Encoder, tag: int,
                                    xp: Any = np) -> Steps:
-    """Sum `buf` in place from every rank's encoded copy of it."""
+    """Sum `buf` in place from every rank's encoded copy of it.
+
+    Point to point (sizes first, for variable-size codecs), not MPI_Allgatherv: slices of a
+    pipelined call may start in different orders on different ranks, and collectives
+    match by order, messages by tag.
+    """
     payload = enc.encode(buf, "allgather")
-    if enc.codec.fixed_size:
-        counts = [int(payload.size)] * t.size
-    else:
-        counts = t.allgather_counts(int(payload.size))
+    counts = [int(payload.size)] * t.size
+    if not enc.codec.fixed_size:
+        sizes = np.zeros(t.size, dtype=np.int64)
+        yield t.exchange_with_all(np.array([payload.size], np.int64),
+                                  split_space(sizes, [1] * t.size), tag)
+        counts = [int(payload.size) if j == t.rank else int(n) for j, n in enumerate(sizes)]
     space = t.borrow(sum(counts), np.uint8, xp)
     try:
-        yield [t.iallgatherv(payload, space.array, counts)]
+        inbox = split_space(space.array, counts)
+        yield t.exchange_with_all(payload, inbox, tag)
         buf[...] = 0
-        start = 0
-        for count in counts:
-            enc.decode_add(space.array[start:start + count], buf)
-            start += count
+        for j, received in enumerate(inbox):  # rank order: the same sum on every rank
+            enc.decode_add(payload if j == t.rank else received, buf)
     finally:
         t.give_back(space, xp)

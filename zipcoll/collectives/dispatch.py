@@ -92,7 +92,9 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
         return two_level_allreduce(levels, recv[lo:hi], plan.op, inner, tag + 2 * index, xp,
                                    None if send is None else send[lo:hi], encoders)
 
-    return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), PIPELINE_WINDOW)
+    # MPI's own collectives match by the order they start in: one slice at a time for them
+    window = 1 if plan.inner == "native" else PIPELINE_WINDOW
+    return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), window)
 
 
 def _slice_count(nbytes: int) -> int:

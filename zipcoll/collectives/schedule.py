@@ -25,6 +25,15 @@ def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def split_space(space: Any, sizes: list) -> list:
+    """Consecutive views of `space` with the given sizes."""
+    views, start = [], 0
+    for size in sizes:
+        views.append(space[start:start + size])
+        start += size
+    return views
+
+
 def copy_in(buf: Any, send: Any) -> None:
     """Start an in-place schedule from `send` (out of place) by copying it into `buf`."""
     if send is not None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.encoding import Encoder
-from zipcoll.collectives.schedule import Steps, chunk_bounds
+from zipcoll.collectives.schedule import Steps, chunk_bounds, split_space
 from zipcoll.transport import Transport
 
 
@@ -24,19 +24,13 @@ def twophase_allreduce_compressed(t: Transport, buf: Any, enc: Encoder, tag: int
     chunks = chunk_bounds(buf.size, t.size)
     wire = [enc.wire_bytes(b - a, buf.dtype) for a, b in chunks]
     space = t.borrow(sum(wire) + t.size * wire[t.rank], np.uint8, xp)
-    outbox = _split(space.array[: sum(wire)], wire)
-    inbox = _split(space.array[sum(wire):], [wire[t.rank]] * t.size)
+    outbox = split_space(space.array[: sum(wire)], wire)
+    inbox = split_space(space.array[sum(wire):], [wire[t.rank]] * t.size)
     try:
         yield from _scatter_reduce(t, buf, chunks, outbox, inbox, enc, tag)
         yield from _allgather(t, buf, chunks, outbox, enc, tag)
     finally:
         t.give_back(space, xp)
-
-
-def _split(space: Any, sizes: list) -> list:
-    """Consecutive views of `space` with the given sizes."""
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    return [space[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _scatter_reduce(t: Transport, buf: Any, chunks: list, outbox: list, inbox: list,
@@ -58,6 +52,6 @@ def _allgather(t: Transport, buf: Any, chunks: list, outbox: list, enc: Encoder,
     mine = buf[slice(*chunks[r])]
     final = enc.encode(mine, "twophase/gather", out=outbox[r])
     enc.decode(final, mine)  # the owner keeps what the others get
-    yield [t.irecv(outbox[j], j, tag) for j in peers] + [t.isend(final, j, tag) for j in peers]
+    yield t.exchange_with_all(final, outbox, tag)
     for j in peers:
         enc.decode(outbox[j], buf[slice(*chunks[j])])
