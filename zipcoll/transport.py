@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 # Tags wrap within the smallest upper bound MPI guarantees (MPI_TAG_UB >= 32767);
 # each call gets TAGS_PER_CALL consecutive tags for sub-schedules that run side by side.
-TAGS_PER_CALL = 64
+TAGS_PER_CALL = 256
 _TAG_LIMIT = 32768
 _SCRATCH_KEPT = 16  # scratch buffers kept per device between calls (pipelined slices)
 

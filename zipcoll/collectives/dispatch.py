@@ -93,8 +93,17 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
                                    None if send is None else send[lo:hi], encoders)
 
     # MPI's own collectives match by the order they start in: one slice at a time for them
-    window = 1 if plan.inner == "native" else PIPELINE_WINDOW
+    window = 1 if plan.inner == "native" else _window(recv.nbytes // len(slices))
     return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), window)
+
+
+def _window(slice_bytes: int) -> int:
+    """Slices in flight: PIPELINE_WINDOW, but no more than 16 MiB of them.
+
+    More overflows the shaped link's queue: at 4 nodes x 1 rank, 1 Gbit/s, 8 slices of
+    4 MiB took 6 s for 128 MiB against 0.26 s for 64 MiB in 2 MiB slices.
+    """
+    return max(1, min(PIPELINE_WINDOW, (16 << 20) // max(1, slice_bytes)))
 
 
 def _slice_count(nbytes: int) -> int:
