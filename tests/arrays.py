@@ -199,3 +199,18 @@ def window_max(a: np.ndarray, radius: int) -> np.ndarray:
         m = np.maximum(m[:-span], m[span:])
         span *= 2
     return np.maximum(m[:a.size], m[width - span:width - span + a.size])
+
+
+def topology_of(comm, layout):
+    """None (the default), or an emulated layout: "2x2nodes" or "2x2grid" (4 ranks only)."""
+    import pytest
+
+    import zipcoll
+
+    if layout is None:
+        return None
+    if comm.size != 4:
+        pytest.skip("2 emulated nodes x 2 ranks / a 2 x 2 grid: 4 ranks only")
+    if layout == "2x2nodes":
+        return zipcoll.Topology.from_comm(comm, ranks_per_node=2)
+    return zipcoll.Topology.from_comm(comm, grid=(2, 2))

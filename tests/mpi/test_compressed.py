@@ -45,7 +45,7 @@ import pytest
 from mpi4py import MPI
 
 import zipcoll
-from arrays import all_rank_data, differing_across_ranks, rank_data, window_max
+from arrays import all_rank_data, differing_across_ranks, rank_data, window_max, topology_of
 from zipcoll.codecs import BF16, FP16, BlockQuantizer, Raw, Sign, Threshold, TopK
 
 pytestmark = pytest.mark.mpi
@@ -69,16 +69,6 @@ ANY_SIZE = ("allgather", "hierarchical", "hierarchical:allgather", "torus",
 # (since e237949); bare two-level names then run their inter level by allgather.
 NOT_PER_HOP = ("twophase", "allgather", "hierarchical", "torus")
 
-
-def topology_of(comm, layout):
-    """None (the default), or an emulated layout: "2x2nodes" or "2x2grid" (4 ranks)."""
-    if layout is None:
-        return None
-    if comm.size != 4:
-        pytest.skip("2 emulated nodes x 2 ranks / a 2 x 2 grid: 4 ranks only")
-    if layout == "2x2nodes":
-        return zipcoll.Topology.from_comm(comm, ranks_per_node=2)
-    return zipcoll.Topology.from_comm(comm, grid=(2, 2))
 
 
 # (label, algorithm, layout)
@@ -209,7 +199,7 @@ def sizes(comm) -> list[int]:
 @pytest.mark.parametrize("algorithm,layout,spec", cases(BOUNDED))
 def test_error_within_bound(comm, algorithm, layout, spec):
     topology = topology_of(comm, layout)
-    problems, results, ratios = [], {}, []
+    problems, results = [], {}
     counts = sizes(comm) + ([65537] if spec == "int8" else [])  # several tree segments
     for count in counts:
         x = rank_data("float32", count, comm.rank)

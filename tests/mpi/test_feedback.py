@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import zipcoll
-from arrays import all_rank_data, differing_across_ranks, rank_data
+from arrays import all_rank_data, differing_across_ranks, rank_data, topology_of
 
 pytestmark = pytest.mark.mpi
 
@@ -25,15 +25,6 @@ N = 513
 VARIANTS = [("ring", None), ("tree", None), ("dbtree", None), ("twophase", None),
             ("allgather", None), ("hierarchical", "2x2nodes"), ("torus", "2x2grid")]
 
-
-def topology_of(comm, layout):
-    if layout is None:
-        return None
-    if comm.size != 4:
-        pytest.skip("2 emulated nodes x 2 ranks / a 2 x 2 grid: 4 ranks only")
-    if layout == "2x2nodes":
-        return zipcoll.Topology.from_comm(comm, ranks_per_node=2)
-    return zipcoll.Topology.from_comm(comm, grid=(2, 2))
 
 
 @pytest.fixture(autouse=True)

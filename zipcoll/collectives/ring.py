@@ -29,6 +29,11 @@ def ring_allreduce(t: Transport, buf: Any, op: ReduceOp, tag: int, xp: Any = np,
     yield from allgather_ring(t, buf, chunks, tag)
 
 
+def neighbours(t: Transport) -> tuple[int, int]:
+    """(right, left): a ring step sends to the right and receives from the left."""
+    return (t.rank + 1) % t.size, (t.rank - 1) % t.size
+
+
 def owned_chunk(t: Transport) -> int:
     """The chunk a rank holds complete after a ring reduce-scatter."""
     return (t.rank + 1) % t.size
@@ -45,7 +50,7 @@ def reduce_scatter_ring(t: Transport, buf: Any, chunks: list, op: ReduceOp, tag:
         copy_in(buf, send)
         return
     send = buf if send is None else send
-    right, left = (r + 1) % p, (r - 1) % p
+    right, left = neighbours(t)
     scratch = t.borrow(max(b - a for a, b in chunks), buf.dtype, xp)
     try:
         for step in range(p - 1):
@@ -63,7 +68,7 @@ def reduce_scatter_ring(t: Transport, buf: Any, chunks: list, op: ReduceOp, tag:
 def allgather_ring(t: Transport, buf: Any, chunks: list, tag: int) -> Steps:
     """p-1 steps passing each owner's final chunk around, unchanged, into every rank's buf."""
     p, r = t.size, t.rank
-    right, left = (r + 1) % p, (r - 1) % p
+    right, left = neighbours(t)
     for step in range(p - 1):
         send_lo, send_hi = chunks[(r + 1 - step) % p]
         recv_lo, recv_hi = chunks[(r - step) % p]
@@ -96,8 +101,7 @@ def reduce_scatter_ring_encoded(t: Transport, buf: Any, chunks: list, enc: Encod
     p, r = t.size, t.rank
     if p == 1:
         return
-    right, left = (r + 1) % p, (r - 1) % p
-    wire, space, slots = _payload_slots(t, buf, chunks, enc, xp)
+    (right, left), (wire, space, slots) = neighbours(t), _payload_slots(t, buf, chunks, enc, xp)
     try:
         for step in range(p - 1):
             sent, received = (r - step) % p, (r - step - 1) % p
@@ -115,8 +119,7 @@ def allgather_ring_encoded(t: Transport, buf: Any, chunks: list, enc: Encoder, t
     p, r = t.size, t.rank
     if p == 1:
         return
-    right, left = (r + 1) % p, (r - 1) % p
-    wire, space, slots = _payload_slots(t, buf, chunks, enc, xp)
+    (right, left), (wire, space, slots) = neighbours(t), _payload_slots(t, buf, chunks, enc, xp)
     owned = slice(*chunks[owned_chunk(t)])
     try:
         outgoing = enc.encode(buf[owned], f"ring/ag/{owned_chunk(t)}", out=slots[0])
