@@ -78,7 +78,7 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
     While one slice waits on the slow link, the next reduces in shared memory or encodes.
     """
     levels = make_levels(t, plan.kind, plan.topology)
-    inter = _maybe_encoder(plan, plan.codec, "inter", t.rank, tag, t.size)
+    inter = plan.codec and _encoder(plan, plan.codec, "inter", t.rank, tag, t.size)
     intra = None
     if plan.intra_codec is not None:  # seeds of the allgather's encodes are alike on every node
         intra = (_encoder(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size),
@@ -119,11 +119,6 @@ def _inner_schedule(plan: Plan, encoder: Encoder | None, blocking: bool) -> Call
         return lambda t, shard, tag, xp: native_allreduce(t, shard, plan.op, tag, xp,
                                                           blocking=blocking)
     return lambda t, shard, tag, xp: LOSSLESS[plan.inner](t, shard, plan.op, tag, xp)
-
-
-def _maybe_encoder(plan: Plan, codec: Codec | None, level: str, rank: int, call: int,
-                   size: int) -> Encoder | None:
-    return None if codec is None else _encoder(plan, codec, level, rank, call, size)
 
 
 def _encoder(plan: Plan, codec: Codec, level: str, rank: int, call: int, size: int) -> Encoder:
