@@ -7,7 +7,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from zipcoll.collectives.api import _transport
+from zipcoll.transport import transport_for
 
 
 def mean_seconds(call, repeats: int, comm: MPI.Intracomm) -> float:
@@ -21,7 +21,7 @@ def mean_seconds(call, repeats: int, comm: MPI.Intracomm) -> float:
 
 def main() -> None:
     comm = MPI.COMM_WORLD
-    transport = _transport(comm)
+    transport = transport_for(comm)
     signature = list(range(8))  # the all-reduce check states 8 numbers
     x = np.ones(1 << 18, np.float32)  # 1 MiB
     y = np.empty_like(x)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from zipcoll.collectives import SCHEDULES
 from zipcoll.collectives.ops import BY_NAME
 
 # Every dtype MPI can reduce, and which of them each op takes (MPI-4.1, 6.9.2).
@@ -36,7 +37,7 @@ def dtypes_for(op: str) -> list[str]:
 OP_DTYPE_CASES = [(op, dtype) for op in OPS for dtype in dtypes_for(op)]
 
 # The algorithms that take every op on every dtype (two-level ones have their own tests).
-LOSSLESS = ("auto", "native", "ring", "tree", "dbtree", "rabenseifner")
+LOSSLESS = ("auto",) + tuple(name for name, s in SCHEDULES.items() if not s.two_level)
 
 
 # -- per-rank data ----------------------------------------------------------------------

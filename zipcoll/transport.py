@@ -30,7 +30,6 @@ class Transport:
         self._calls = 0
         self._scratch: dict[str, list[Any]] = {}
         self._subs: dict[Any, tuple["Transport", ...]] = {}
-        self.topology: Any = None  # set by the collectives on first use
 
     def next_tag(self) -> int:
         """The first of TAGS_PER_CALL tags for one call: calls in flight never share one."""
@@ -107,11 +106,31 @@ class Transport:
         if len(pool) < _SCRATCH_KEPT:
             pool.append(scratch.raw)
 
-    def sub_transports(self, key: Any, split: Any) -> tuple["Transport", ...]:
-        """Transports over sub-communicators `split(self.comm)` makes (collective once, cached)."""
+    def split(self, layout: Any, colors: tuple[int, ...]) -> tuple["Transport", ...]:
+        """Transports over sub-communicators, one per color of this rank (rank order kept).
+
+        Collective the first time `layout` (a value every rank computes alike, naming the
+        whole layout, not just this rank's colors) is used, then cached.
+        """
+        if layout not in self._subs:
+            self._subs[layout] = tuple(Transport(self.comm.Split(color, key=self.rank))
+                                       for color in colors)
+        return self._subs[layout]
+
+    def reordered(self, order: list[int]) -> "Transport":
+        """A transport whose rank i is rank order[i] of this one (collective once, cached)."""
+        key = ("order", tuple(order))
         if key not in self._subs:
-            self._subs[key] = tuple(Transport(comm) for comm in split(self.comm))
-        return self._subs[key]
+            self._subs[key] = (Transport(self.comm.Split(0, key=order.index(self.rank))),)
+        return self._subs[key][0]
+
+    def ranks_sharing_memory(self) -> int:
+        """Ranks of this communicator in this rank's shared-memory domain."""
+        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            return local.Get_size()
+        finally:
+            local.Free()
 
     def free(self) -> None:
         """Free the private communicator and its sub-communicators (no-op after Finalize)."""
@@ -151,6 +170,16 @@ def transport_for(comm: MPI.Comm) -> Transport:
 
 def _delete_transport(comm: MPI.Comm, keyval: int, transport: Transport) -> None:
     transport.free()
+
+
+def gather_placement(comm: MPI.Comm, extra: Any) -> list[tuple]:
+    """Every rank's (lowest rank of its shared-memory domain, *extra), in rank order (collective)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        leader = node.bcast(comm.Get_rank(), root=0)  # key=rank: the domain's lowest rank
+    finally:
+        node.Free()
+    return comm.allgather((leader, *extra))
 
 
 def cuda_aware() -> bool:

@@ -22,18 +22,11 @@ from zipcoll.collectives.ops import BY_NAME
 
 pytestmark = pytest.mark.mpi
 
-# Besides LOSSLESS, twophase and allgather with codec=None (raw values on the wire)
-# take float SUMs.
-FLOAT_SUM_ONLY = ("twophase", "allgather")
-
-
 def algorithm_cases(cases: list[tuple[str, str]], skip: tuple = ()) -> list[tuple[str, str, str]]:
     """(algorithm, op, dtype) for every algorithm that supports the op on the dtype."""
     out = []
     for op, dtype in cases:
-        float_sum = op == "sum" and dtype.startswith("float")
-        algorithms = LOSSLESS + (FLOAT_SUM_ONLY if float_sum else ())
-        out += [(a, op, dtype) for a in algorithms if a in zipcoll.ALGORITHMS and a not in skip]
+        out += [(a, op, dtype) for a in LOSSLESS if a not in skip]
     return out
 
 

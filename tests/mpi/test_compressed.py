@@ -127,11 +127,10 @@ def encodes(schedule: str, q: int) -> int:
 
 def levels_of(comm, algorithm: str, topology) -> tuple[int, int]:
     """(L, N): ranks a node (grid row) and nodes (columns) of a two-level algorithm."""
-    from zipcoll.collectives.hierarchical import grid_of
     topo = topology or zipcoll.Topology.from_comm(comm)
     if algorithm.startswith("hierarchical"):
         return topo.local_size, topo.num_nodes
-    x, y = (topo if topo.grid else grid_of(topo)).grid
+    x, y = topo.with_grid().grid
     return x, y
 
 

@@ -19,9 +19,9 @@ def _no_env(monkeypatch):
     monkeypatch.delenv(GRID_ENV, raising=False)
 
 
-def comm_sizes(make_comms):
-    """The sizes and ranks of the two communicators make_comms(COMM) returns, which are then freed."""
-    comms = make_comms(COMM)
+def comm_sizes(colors):
+    """The sizes and ranks of the communicators COMM splits into by `colors`, then freed."""
+    comms = [COMM.Split(color, key=RANK) for color in colors()]
     try:
         return [(c.Get_size(), c.Get_rank()) for c in comms]
     finally:
@@ -32,7 +32,7 @@ def comm_sizes(make_comms):
 @pytest.mark.mpi
 def test_one_node_by_default():
     topo = Topology.from_comm(COMM)
-    sizes = comm_sizes(topo.split)
+    sizes = comm_sizes(topo.node_levels)
     assert (topo.size, topo.rank, topo.num_nodes) == (SIZE, RANK, 1)  # one machine here
     assert topo.local_peers() == list(range(SIZE)) and topo.local_rank == RANK
     assert sizes == [(SIZE, RANK), (1, 0)]
@@ -41,7 +41,7 @@ def test_one_node_by_default():
 @pytest.mark.mpi
 def test_ranks_per_node():
     topo = Topology.from_comm(COMM, ranks_per_node=2)
-    sizes = comm_sizes(topo.split)
+    sizes = comm_sizes(topo.node_levels)
     assert topo.num_nodes == (SIZE + 1) // 2
     assert topo == Topology.from_layout(SIZE, RANK, ranks_per_node=2)
     intra_size = min(2, SIZE - RANK // 2 * 2)
@@ -63,7 +63,7 @@ def test_grid():
     if SIZE != 4:
         pytest.skip("grid=(2, 2) needs 4 ranks")
     topo = Topology.from_comm(COMM, grid=(2, 2))
-    sizes = comm_sizes(topo.grid_comms)
+    sizes = comm_sizes(topo.grid_levels)
     assert topo.row() == [RANK // 2 * 2, RANK // 2 * 2 + 1] and topo.column() == [RANK % 2, RANK % 2 + 2]
     assert sizes == [(2, RANK % 2), (2, RANK // 2)]
 
@@ -72,7 +72,7 @@ def test_grid():
 def test_grid_from_environment(monkeypatch):
     monkeypatch.setenv(GRID_ENV, f"1x{SIZE}")
     topo = Topology.from_comm(COMM)
-    sizes = comm_sizes(topo.grid_comms)
+    sizes = comm_sizes(topo.grid_levels)
     assert topo.grid == (1, SIZE)
     assert sizes == [(1, 0), (SIZE, RANK)]
 

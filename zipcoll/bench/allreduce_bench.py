@@ -35,10 +35,10 @@ EXACT_OPS = ("max", "min", "land", "lor", "lxor", "band", "bor", "bxor")
 
 def _algorithm(name: str) -> str:
     """An algorithm name zipcoll knows (argparse type)."""
-    from zipcoll.collectives.plan import split_algorithm
+    from zipcoll.collectives.registry import parse
 
     try:
-        split_algorithm(name)
+        parse(name)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return name

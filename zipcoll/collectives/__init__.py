@@ -1,6 +1,13 @@
-"""Schedules: who sends what to whom, and when."""
-from zipcoll.collectives.api import ALGORITHMS, Intracomm, Request, allreduce, iallreduce
+"""Schedules: who sends what to whom, and when.
+
+`SCHEDULES` is the registry (name -> `registry.Schedule`); `ALGORITHMS` the names
+`algorithm=` takes ("auto" and the registry's).
+"""
+from zipcoll.collectives.api import Intracomm, Request, allreduce, iallreduce
+from zipcoll.collectives.registry import SCHEDULES, Schedule, algorithms
 from zipcoll.collectives.sparse import sparse_allgather, sparse_allreduce
 
-__all__ = ["ALGORITHMS", "Intracomm", "Request", "allreduce", "iallreduce", "sparse_allgather",
-           "sparse_allreduce"]
+ALGORITHMS = algorithms()
+
+__all__ = ["ALGORITHMS", "Intracomm", "Request", "SCHEDULES", "Schedule", "allreduce",
+           "iallreduce", "sparse_allgather", "sparse_allreduce"]

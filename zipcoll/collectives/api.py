@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from typing import Any, Callable, Hashable
 
 from mpi4py import MPI
 
+from zipcoll.collectives import registry
 from zipcoll.collectives.agreement import agree, check_comm, code
 from zipcoll.collectives.dispatch import steps_for
 from zipcoll.collectives.ops import op_code
-from zipcoll.collectives.plan import ALGORITHMS, Plan, make_plan, split_algorithm
+from zipcoll.collectives.plan import Plan, make_plan
 from zipcoll.collectives.schedule import Steps, run, test, wait
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.codecs.backend import share_cores
@@ -34,7 +36,8 @@ def allreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
     """All-reduce `sendbuf` over `comm`; the result is in `recvbuf` if given, else a new array.
 
     `op`: an MPI.Op, or "sum", "prod", "max", "min", ..., or "mean" (floats).
-    `algorithm`: one of ALGORITHMS; two-level ones name their inter level as "hierarchical:tree".
+    `algorithm`: "auto" or a name in `zipcoll.collectives.SCHEDULES`; two-level ones may
+    name their inter level, "hierarchical:tree".
     `codec`: compress on the wire: a spec ("int8", "topk:ratio=0.01", {"id": "int4"}), or
     {"intra": spec, "inter": spec} for two-level algorithms (a plain spec: inter only).
     SUM and "mean" only. `key`: names the tensor, for error feedback across calls.
@@ -99,10 +102,10 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
            codec: Any, key: Hashable, topology: Topology | None,
            blocking: bool) -> tuple[Steps, Plan]:
     """Validate, agree, and build the steps of one call (nothing has moved yet)."""
-    t = _transport(comm)
+    t, found = _context(comm)
     try:
         plan, error = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
-                                _topology(t, topology)), None
+                                _topology(t, found, topology)), None
     except (TypeError, ValueError) as exc:
         plan, error = None, exc
     if agreement_checked(plan):
@@ -112,27 +115,23 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     return steps_for(t, plan, blocking), plan
 
 
-def _transport(comm: Any) -> Transport:
-    """The comm's transport, its topology found (collectively) on first use."""
+# Each communicator's topology, found (collectively) at its first call.
+_TOPOLOGIES: "weakref.WeakKeyDictionary[Transport, Topology]" = weakref.WeakKeyDictionary()
+
+
+def _context(comm: Any) -> tuple[Transport, Topology]:
+    """The comm's transport and topology, both made on first use."""
     t = transport_for(check_comm(comm))
-    if t.topology is None:
-        t.topology = Topology.from_comm(t.comm)
-        share_cores(_ranks_on_this_node(t.comm))
-    return t
-
-
-def _ranks_on_this_node(comm: MPI.Comm) -> int:
-    """Ranks of `comm` sharing this machine's cores (emulated nodes share them too)."""
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return local.Get_size()
-    finally:
-        local.Free()
-
-
-def _topology(t: Transport, topology: Topology | None) -> Topology:
+    topology = _TOPOLOGIES.get(t)
     if topology is None:
-        return t.topology
+        topology = _TOPOLOGIES[t] = Topology.from_comm(t.comm)
+        share_cores(t.ranks_sharing_memory())
+    return t, topology
+
+
+def _topology(t: Transport, found: Topology, topology: Topology | None) -> Topology:
+    if topology is None:
+        return found
     if not isinstance(topology, Topology) or topology.size != t.size:
         raise ValueError(f"topology must be a zipcoll.Topology of {t.size} ranks")
     return topology
@@ -147,7 +146,7 @@ def agreement_checked(plan: Plan | None) -> bool:
     """
     if debug_enabled():
         return True
-    return plan is None or plan.algorithm != "native"
+    return plan is None or not plan.schedule.native
 
 
 _FIELDS = ("", "count", "dtype", "op", "algorithm", "resolved algorithm", "codec", "topology")
@@ -160,7 +159,7 @@ def _signature(plan: Plan | None, algorithm: str) -> list[int]:
     codecs = [c.get_config() if c else None for c in (plan.intra_codec, plan.codec)]
     layout = (plan.topology.node_of, plan.topology.grid) if plan.topology else None
     return [0, plan.count, code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
-            code(str(algorithm)), code(plan.algorithm), code(json.dumps(codecs)),
+            code(str(algorithm)), code(plan.name), code(json.dumps(codecs)),
             code(repr(layout))]
 
 
@@ -180,7 +179,7 @@ class Intracomm(MPI.Intracomm):
 
     def __new__(cls, comm: MPI.Intracomm | None = None, algorithm: str = "auto",
                 codec: Any = None):
-        split_algorithm(algorithm)  # ValueError now, not at the first call
+        registry.parse(algorithm)  # ValueError now, not at the first call
         self = super().__new__(cls, MPI.COMM_WORLD if comm is None else comm)
         self.algorithm = algorithm
         self.codec = codec
@@ -199,4 +198,4 @@ class Intracomm(MPI.Intracomm):
                           codec=self.codec)
 
 
-__all__ = ["ALGORITHMS", "Intracomm", "Request", "allreduce", "iallreduce"]
+__all__ = ["Intracomm", "Request", "allreduce", "iallreduce"]

@@ -1,47 +1,19 @@
-"""A Plan -> the steps that carry it out: which schedule, which encoders, staging of GPU data."""
+"""A Plan -> the steps that carry it out: encodings per level, slices, staging of GPU data."""
 from __future__ import annotations
 
-import os
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from zipcoll import buffers
 from zipcoll.buffers import CUDA, HOST, Buffer
-from zipcoll.collectives.allgather import allgather_allreduce_compressed
 from zipcoll.collectives.encoding import Encoder
-from zipcoll.collectives.hierarchical import KINDS, make_levels, two_level_allreduce
-from zipcoll.collectives.native import native_allreduce
 from zipcoll.collectives.plan import Plan
-from zipcoll.collectives.recursive import rabenseifner_allreduce
-from zipcoll.collectives.ring import ring_allreduce, ring_allreduce_compressed
-from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
-from zipcoll.collectives.tree import (dbtree_allreduce, dbtree_allreduce_compressed,
-                                      tree_allreduce, tree_allreduce_compressed)
-from zipcoll.collectives.twophase import twophase_allreduce_compressed
+from zipcoll.collectives.schedule import Steps, chunk_bounds, pipelined
+from zipcoll.collectives.steps import Compressed, Encoding, Lossless
+from zipcoll.collectives.twolevel import Levels, two_level
 from zipcoll.codecs import Codec
-from zipcoll.transport import TAGS_PER_CALL, Transport, cuda_aware
-
-# Two-level schedules run in slices of about this many bytes, this many at once.
-SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 2 << 20))
-PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 8))
-
-# (t, buf, op, tag, xp, send=None): any predefined op, in place on buf or from send.
-LOSSLESS: dict[str, Callable[..., Steps]] = {
-    "native": native_allreduce,
-    "ring": ring_allreduce,
-    "tree": tree_allreduce,
-    "dbtree": dbtree_allreduce,
-    "rabenseifner": rabenseifner_allreduce,
-}
-# (t, buf, encoder, tag, xp): SUM in place on buf, compressing with the encoder's codec.
-COMPRESSED: dict[str, Callable[..., Steps]] = {
-    "ring": ring_allreduce_compressed,
-    "tree": tree_allreduce_compressed,
-    "dbtree": dbtree_allreduce_compressed,
-    "twophase": twophase_allreduce_compressed,
-    "allgather": allgather_allreduce_compressed,
-}
+from zipcoll.transport import Transport, cuda_aware
 
 
 def steps_for(t: Transport, plan: Plan, blocking: bool) -> Steps:
@@ -58,74 +30,60 @@ def steps_for(t: Transport, plan: Plan, blocking: bool) -> Steps:
 def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, blocking: bool) -> Steps:
     recv = recv[: plan.count]
     tag = t.next_tag()
-    if plan.algorithm == "native":
-        steps = native_allreduce(t, recv, plan.op, tag, xp, send=send, blocking=blocking)
-    elif plan.kind in KINDS:
+    schedule = plan.schedule
+    if schedule.native:
+        steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
+                             blocking=blocking)
+    elif schedule.two_level:
         steps = _two_level(t, plan, send, recv, tag, xp, blocking)
-    elif plan.codec is None:
-        steps = LOSSLESS[plan.algorithm](t, recv, plan.op, tag, xp, send=send)
     else:
-        copy_in(recv, send)
-        encoder = _encoder(plan, plan.codec, "flat", t.rank, tag, t.size)
-        steps = COMPRESSED[plan.algorithm](t, recv, encoder, tag, xp)
+        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp)
+        steps = schedule.run(_in_ring_order(t, plan), recv, enc, tag, xp, send=send)
     return _scaled(steps, recv, t.size) if plan.mean else steps
+
+
+def _in_ring_order(t: Transport, plan: Plan) -> Transport:
+    """t, renumbered so that each node's ranks are neighbours (when they are not already)."""
+    order = plan.topology.ring_order()
+    return t if order == list(range(t.size)) else t.reordered(order)
 
 
 def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,
                blocking: bool) -> Steps:
-    """The two-level schedule over slices of the message, a few in flight at once.
-
-    While one slice waits on the slow link, the next reduces in shared memory or encodes.
-    """
-    levels = make_levels(t, plan.kind, plan.topology)
-    inter = plan.codec and _encoder(plan, plan.codec, "inter", t.rank, tag, t.size)
-    intra = None
-    if plan.intra_codec is not None:  # seeds of the allgather's encodes are alike on every node
-        intra = (_encoder(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size),
-                 _encoder(plan, plan.intra_codec, "intra-ag", levels.intra.rank, tag, t.size))
-    slices = chunk_bounds(recv.size, _slice_count(recv.nbytes))
+    """The two-level schedule over slices of the message, `plan.slicing.window` in flight."""
+    layout = (plan.schedule.name, plan.topology.node_of, plan.topology.grid)
+    levels = Levels(*t.split(layout, plan.schedule.split(plan.topology)))
+    inner = plan.inner
 
     def one(index: int, lo: int, hi: int) -> Steps:
         scope = f"slice{index}/"
-        inner = _inner_schedule(plan, inter and inter.scoped(scope), blocking)
-        encoders = intra and tuple(e.scoped(scope) for e in intra)
-        return two_level_allreduce(levels, recv[lo:hi], plan.op, inner, tag + 2 * index, xp,
-                                   None if send is None else send[lo:hi], encoders)
+        # the allgather's seeds are alike on every node: the same bytes decode alike
+        intra = (_encoding(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size, xp, scope),
+                 _encoding(plan, plan.intra_codec, "intra-ag", levels.intra.rank, tag, t.size,
+                           xp, scope))
+        inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope)
+        extra = {"blocking": blocking} if inner.native else {}
 
-    # MPI's own collectives match by the order they start in: one slice at a time for them
-    window = 1 if plan.inner == "native" else _window(recv.nbytes // len(slices))
-    return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), window)
+        def across(t2: Transport, shard: Any, tag2: int, xp2: Any) -> Steps:
+            return inner.run(t2, shard, inter, tag2, xp2, **extra)
 
+        return two_level(levels, recv[lo:hi], intra, across, tag + inner.tags * index, xp,
+                         None if send is None else send[lo:hi])
 
-def _window(slice_bytes: int) -> int:
-    """Slices in flight: PIPELINE_WINDOW, but no more than 16 MiB of them.
-
-    More overflows the shaped link's queue: at 4 nodes x 1 rank, 1 Gbit/s, 8 slices of
-    4 MiB took 6 s for 128 MiB against 0.26 s for 64 MiB in 2 MiB slices.
-    """
-    return max(1, min(PIPELINE_WINDOW, (16 << 20) // max(1, slice_bytes)))
+    slices = chunk_bounds(recv.size, plan.slicing.slices)
+    return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), plan.slicing.window)
 
 
-def _slice_count(nbytes: int) -> int:
-    """Slices of about SLICE_BYTES, each with two tags of the call's TAGS_PER_CALL."""
-    return max(1, min(-(-nbytes // SLICE_BYTES), TAGS_PER_CALL // 2))
-
-
-def _inner_schedule(plan: Plan, encoder: Encoder | None, blocking: bool) -> Callable[..., Steps]:
-    """Level 2 of a two-level plan, as a function of (transport, shard, tag, xp)."""
-    if encoder is not None:
-        return lambda t, shard, tag, xp: COMPRESSED[plan.inner](t, shard, encoder, tag, xp)
-    if plan.inner == "native":
-        return lambda t, shard, tag, xp: native_allreduce(t, shard, plan.op, tag, xp,
-                                                          blocking=blocking)
-    return lambda t, shard, tag, xp: LOSSLESS[plan.inner](t, shard, plan.op, tag, xp)
-
-
-def _encoder(plan: Plan, codec: Codec, level: str, rank: int, call: int, size: int) -> Encoder:
-    """An Encoder for one level of one call; error feedback under (key, level)."""
+def _encoding(plan: Plan, codec: Codec | None, level: str, rank: int, call: int, size: int,
+              xp: Any, scope: str = "") -> Encoding:
+    """Lossless(op) without a codec; else the codec at one level of one call, error
+    feedback under (key, level), its encode sites under `scope`."""
+    if codec is None:
+        return Lossless(plan.op, plan.recv.dtype, xp)
     key = None if plan.key is None else (plan.key, level)
-    context = (plan.algorithm, plan.count, plan.recv.dtype.str, size, level)
-    return Encoder(codec, rank=rank, call=call, key=key, context=context)
+    context = (plan.name, plan.count, plan.recv.dtype.str, size, level)
+    encoder = Encoder(codec, rank=rank, call=call, key=key, context=context, prefix=scope)
+    return Compressed(encoder, plan.recv.dtype)
 
 
 def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
@@ -138,7 +96,8 @@ def _staged(t: Transport, plan: Plan, blocking: bool) -> Steps:
     """Device data through host memory, for an MPI that cannot read GPU memory."""
     device = plan.recv.array[: plan.count] if plan.send is None else plan.send.array
     host = buffers.cupy().asnumpy(device)
-    host_plan = Plan(None, Buffer(host, HOST, host, host.shape), plan.op, plan.algorithm, host,
-                     plan.codec, plan.intra_codec, plan.key, plan.mean, plan.topology)
+    host_plan = Plan(None, Buffer(host, HOST, host, host.shape), host, plan.op, plan.schedule,
+                     plan.inner, plan.codec, plan.intra_codec, plan.slicing, plan.key, plan.mean,
+                     plan.topology)
     yield from _steps_on(t, host_plan, None, host, np, blocking)
     plan.recv.array[: plan.count].set(host)

@@ -7,7 +7,6 @@ feedback), so repeated calls on the same tensor cancel the compression bias.
 """
 from __future__ import annotations
 
-import copy
 import os
 import zlib
 from collections import OrderedDict
@@ -92,12 +91,6 @@ class Encoder:
         self._call = call
         self._prefix = prefix
         self._feedback = None if key is None else FEEDBACK.feedback(key, codec, context)
-
-    def scoped(self, prefix: str) -> "Encoder":
-        """The same encoder with its sites under `prefix` (one slice of a pipelined call)."""
-        scoped = copy.copy(self)
-        scoped._prefix = self._prefix + prefix
-        return scoped
 
     def encode(self, x: Any, site: str, out: Any = None) -> Any:
         """Payload of `x` at `site` (with that site's residual added, under a key)."""

@@ -1,9 +1,12 @@
-"""Argument checks: the caller's arguments -> a `Plan` of one all-reduce, or TypeError/ValueError.
+"""Argument checks: the caller's arguments -> a typed `Plan` of one all-reduce, or TypeError/ValueError.
 
-Nothing here sends a message or writes a caller's buffer; every rank can run it alone.
+The algorithm name is parsed here, once, into registry entries (`registry.parse`);
+"auto" is resolved here too. Nothing downstream reads algorithm strings. Nothing here
+sends a message or writes a caller's buffer; every rank can run it alone.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping
 
@@ -12,30 +15,44 @@ from mpi4py import MPI
 
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
-from zipcoll.collectives import select
-from zipcoll.collectives.select import COMPRESSED, accepting_schedules
-from zipcoll.collectives.hierarchical import KINDS, check_topology
+from zipcoll.collectives import registry, select
 from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup
+from zipcoll.collectives.registry import SCHEDULES, Schedule
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.topologies import Topology
+from zipcoll.transport import TAGS_PER_CALL
 
-LOSSLESS = ("native", "ring", "tree", "dbtree", "rabenseifner")
-FLAT = tuple(dict.fromkeys(LOSSLESS + COMPRESSED))
-ALGORITHMS = ("auto",) + FLAT + KINDS
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+# Two-level schedules run in slices of about this many bytes, at most this many at once.
+SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 2 << 20))
+PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 8))
+# Bytes of slices in flight at once: more overflows a slow link's queue, and the
+# retransmissions cost more than the overlap gains.
+IN_FLIGHT_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """How a call is cut into slices run side by side: `slices` of them, `window` in flight."""
+
+    slices: int = 1
+    window: int = 1
 
 
 @dataclass
 class Plan:
-    """One validated all-reduce: what to reduce, where the result goes, how."""
+    """One validated all-reduce: what to reduce, where the result goes, and how."""
 
     send: Buffer | None  # None: in place
     recv: Buffer
-    op: ReduceOp | MPI.Op
-    algorithm: str  # resolved: a FLAT name, or "hierarchical:ring", "torus:allgather", ...
     recvbuf: Any  # the caller's recvbuf, or None: a new result is returned
+    op: ReduceOp | MPI.Op
+    schedule: Schedule  # a flat schedule, or a two-level one
+    inner: Schedule | None = None  # a two-level schedule's inter level
     codec: Codec | None = None  # the flat codec, or the inter level's
-    intra_codec: Codec | None = None  # two-level schedules' level 1
+    intra_codec: Codec | None = None  # a two-level schedule's level 1
+    slicing: Slicing = Slicing()
     key: Hashable = None
     mean: bool = False  # divide the sum by the number of ranks
     topology: Topology | None = None
@@ -44,27 +61,22 @@ class Plan:
     def count(self) -> int:
         return self.recv.count if self.send is None else self.send.count
 
+    @property
+    def name(self) -> str:
+        """The resolved algorithm, as a user would write it: "ring", "hierarchical:tree"."""
+        return self.schedule.name + (f":{self.inner.name}" if self.inner else "")
+
     def outcome(self) -> Any:
         """What allreduce returns once the steps are done: recvbuf, or the caller's kind of array."""
         if self.recvbuf is not None:
             return self.recvbuf
         return buffers.result_like(self.send, self.recv.array)
 
-    @property
-    def kind(self) -> str:
-        """"hierarchical", "torus", or the flat algorithm."""
-        return self.algorithm.partition(":")[0]
-
-    @property
-    def inner(self) -> str:
-        """The level-2 schedule of a two-level algorithm."""
-        return self.algorithm.partition(":")[2]
-
 
 def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, key: Hashable,
               topology: Topology) -> Plan:
     """All local checks of one call; raises TypeError/ValueError, touching nothing."""
-    kind, inner = split_algorithm(algorithm)
+    schedule, inner = registry.parse(algorithm)
     mean = isinstance(op, str) and op.lower() == "mean"
     reduce_op = BY_NAME["sum"] if mean else lookup(op)
     send, recv = _buffers(sendbuf, recvbuf)
@@ -72,31 +84,25 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     check_supported(reduce_op, source.dtype)
     if mean and source.dtype.kind not in "fc":
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
-    intra_codec, codec = _codecs(codec, kind, inner)
-    if codec is not None or intra_codec is not None:
-        _check_compressible(reduce_op, source.dtype, codec or intra_codec)
-    if kind in KINDS:
-        check_topology(kind, topology)
+    intra_codec, flat_codec = _codecs(codec, schedule, inner)
+    if flat_codec is not None or intra_codec is not None:
+        _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
+    if schedule is not None and schedule.two_level:
+        schedule.split(topology)  # ValueError where the layout does not fit
     if recv is None:
         recv = _new_result(send)
     else:
         _check_matching(send, recv)
-    plan = Plan(send, recv, reduce_op, algorithm, recvbuf, codec, intra_codec, key, mean, topology)
-    return _resolve(plan, kind, inner)
-
-
-def split_algorithm(algorithm: str) -> tuple[str, str]:
-    """("hierarchical", "ring") from "hierarchical:ring"; ValueError for unknown names."""
-    if not isinstance(algorithm, str):
-        raise TypeError(f"algorithm must be a string, not {type(algorithm).__name__}")
-    kind, _, inner = algorithm.partition(":")
-    if kind not in ALGORITHMS or (inner and kind not in KINDS):
-        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of "
-                         f"{', '.join(ALGORITHMS)} (two-level ones also as 'hierarchical:tree')")
-    if inner and inner not in FLAT:
-        raise ValueError(f"unknown inter-level schedule {inner!r} in {algorithm!r}; "
-                         f"expected one of {', '.join(FLAT)}")
-    return kind, inner
+    plan = Plan(send, recv, recvbuf, reduce_op, schedule or SCHEDULES["native"], inner,
+                flat_codec, intra_codec, key=key, mean=mean, topology=topology)
+    if not isinstance(reduce_op, ReduceOp):
+        plan.schedule, plan.inner = SCHEDULES["native"], None  # only MPI can apply a user op
+    elif schedule is None:
+        _choose(plan, source.count * source.dtype.itemsize)
+    elif schedule.two_level and inner is None:
+        plan.inner = SCHEDULES[select.default_inner(flat_codec)]
+    plan.slicing = _slicing(plan)
+    return plan
 
 
 def _buffers(sendbuf: Any, recvbuf: Any) -> tuple[Buffer | None, Buffer | None]:
@@ -107,24 +113,25 @@ def _buffers(sendbuf: Any, recvbuf: Any) -> tuple[Buffer | None, Buffer | None]:
     return send, recv
 
 
-def _codecs(spec: Any, kind: str, inner: str) -> tuple[Codec | None, Codec | None]:
+def _codecs(spec: Any, schedule: Schedule | None,
+            inner: Schedule | None) -> tuple[Codec | None, Codec | None]:
     """(level-1 codec, flat or level-2 codec) of a `codec=` argument, checked against the schedule."""
     levels = isinstance(spec, Mapping) and "id" not in spec
-    if levels and kind not in KINDS + ("auto",):
+    two_level = schedule is None or schedule.two_level  # "auto" may pick a two-level one
+    if levels and not two_level:
         raise ValueError(f"a codec per level ({sorted(spec)}) needs a two-level algorithm "
-                         f"({', '.join(KINDS)}), not {kind!r}")
+                         f"({', '.join(s.name for s in SCHEDULES.values() if s.two_level)}), "
+                         f"not {schedule.name!r}")
     if levels and set(spec) - {"intra", "inter"}:
         raise ValueError(f"codec levels are 'intra' and 'inter', got {sorted(spec)}")
     intra = _codec(spec.get("intra")) if levels else None
     flat = _codec(spec.get("inter") if levels else spec)
-    if flat is None and ("twophase" in (kind, inner) or "allgather" in (kind, inner)):
-        flat = get_codec("none")  # raw values on the wire
-    if flat is not None and kind in FLAT:
-        _check_schedule(kind, flat)
-    if flat is not None and inner:
+    if flat is not None and schedule is not None and not schedule.two_level:
+        _check_schedule(schedule, flat)
+    if flat is not None and inner is not None:
         _check_schedule(inner, flat)
     if intra is not None:
-        _check_schedule("ring", intra)  # level 1 is a per-hop ring
+        _check_schedule(SCHEDULES["ring"], intra)  # level 1 is a per-hop ring
     return intra, flat
 
 
@@ -132,10 +139,10 @@ def _codec(spec: Any) -> Codec | None:
     return None if spec is None else get_codec(spec)
 
 
-def _check_schedule(schedule: str, codec: Codec) -> None:
-    accepting = accepting_schedules(codec)
-    if schedule not in accepting:
-        raise ValueError(f"algorithm {schedule!r} cannot use codec {codec.codec_id!r}; "
+def _check_schedule(schedule: Schedule, codec: Codec) -> None:
+    if not schedule.accepts(codec):
+        accepting = registry.accepting(codec)
+        raise ValueError(f"algorithm {schedule.name!r} cannot use codec {codec.codec_id!r}; "
                          f"algorithms that can: {', '.join(accepting)} (and hierarchical:X, "
                          f"torus:X for those X)")
 
@@ -165,17 +172,25 @@ def _check_matching(send: Buffer | None, recv: Buffer) -> None:
         raise ValueError(f"recvbuf holds {recv.count} items, fewer than the {send.count} sent")
 
 
-def _resolve(plan: Plan, kind: str, inner: str) -> Plan:
-    """Fill in what "auto" and a bare two-level name leave open; user ops run natively."""
-    if not isinstance(plan.op, ReduceOp):
-        plan.algorithm = "native"  # only the MPI library can apply a user-defined op
-        return plan
-    if kind == "auto":
-        source = plan.send or plan.recv
-        plan.algorithm, compress = select.choose(source.count * source.dtype.itemsize,
-                                                 plan.topology, plan.codec)
-        if not compress:
-            plan.codec = plan.intra_codec = None  # auto compresses only where it pays
-    elif kind in KINDS and not inner:
-        plan.algorithm = f"{kind}:{select.default_inner(plan.codec)}"
-    return plan
+def _choose(plan: Plan, nbytes: int) -> None:
+    """algorithm="auto": the schedule for this size and layout; codecs only where they pay."""
+    plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec)
+    if not compress:
+        plan.codec = plan.intra_codec = None
+
+
+def _slicing(plan: Plan) -> Slicing:
+    """Two-level calls run in slices of about SLICE_BYTES, several in flight.
+
+    While one slice waits on the slow link, the next reduces in shared memory or encodes.
+    MPI's own collectives match by the order they start in: one slice at a time for them.
+    """
+    if not plan.schedule.two_level:
+        return Slicing()
+    nbytes = plan.count * plan.recv.dtype.itemsize
+    most = TAGS_PER_CALL // max(s.tags for s in SCHEDULES.values())  # tags of the call's block
+    slices = max(1, min(-(-nbytes // SLICE_BYTES), most))
+    if plan.inner.native:
+        return Slicing(slices, 1)
+    in_flight = IN_FLIGHT_BYTES // max(1, nbytes // slices)
+    return Slicing(slices, max(1, min(PIPELINE_WINDOW, in_flight)))

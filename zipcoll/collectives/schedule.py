@@ -6,12 +6,11 @@ the end (blocking); `zipcoll.Request` drives one a step per `test()` (non-blocki
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, Iterator
+from typing import Any, Generator, Iterator
 
 from mpi4py import MPI
 
 Steps = Generator[list, None, None]
-Schedule = Callable[..., Steps]
 
 
 def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:

@@ -1,8 +1,9 @@
 """Where ranks are: nodes (shared-memory domains), rails across nodes, and a 2-D grid.
 
 A `Topology` is a frozen value: build it from a communicator (`from_comm`, which
-costs a split and one allgather) or from a layout (`from_layout`, no MPI). It
-never moves data; `split` and `grid_comms` only make communicators from it.
+costs a split and one allgather, done by `zipcoll.transport`) or from a layout
+(`from_layout`, no MPI). It never moves data; `node_levels` and `grid_levels` give the
+colors that split a communicator into its two levels.
 
 Environment (read by `from_comm` only, where the argument is not given):
   ZIPCOLL_RANKS_PER_NODE=k   emulate nodes of k consecutive ranks
@@ -89,15 +90,10 @@ class Topology:
         consecutive ranks; `grid` (or ZIPCOLL_GRID="XxY") adds a grid. Settings are
         compared across ranks first, so every rank raises the same ValueError.
         """
-        from mpi4py import MPI
+        from zipcoll.transport import gather_placement
 
         env = (os.environ.get(RANKS_PER_NODE_ENV, ""), os.environ.get(GRID_ENV, ""))
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-        try:
-            leader = node.bcast(comm.Get_rank(), root=0)  # key=rank: the node's lowest rank
-        finally:
-            node.Free()
-        rows = comm.allgather((leader, ranks_per_node, grid, env))
+        rows = gather_placement(comm, (ranks_per_node, grid, env))
         # From here on only `rows` (the same on every rank) decides what is raised.
         other = next((r for r, row in enumerate(rows) if row[1:] != rows[0][1:]), None)
         if other is not None:
@@ -111,6 +107,16 @@ class Topology:
         if ranks_per_node is not None:
             return cls.from_layout(size, rank, ranks_per_node=ranks_per_node, grid=grid)
         return cls(size, rank, _canonical([row[0] for row in rows]), grid)
+
+    def with_grid(self) -> Topology:
+        """This topology with a grid: its own, else rows = nodes when uniform, else near-square."""
+        if self.grid is not None:
+            return self
+        if self.num_nodes > 1 and self.is_uniform:
+            x = self.local_size
+        else:
+            x = max(d for d in range(1, int(self.size ** 0.5) + 1) if self.size % d == 0)
+        return Topology(self.size, self.rank, self.node_of, (x, self.size // x))
 
     # ------------------------------------------------------------------ nodes
 
@@ -176,26 +182,20 @@ class Topology:
         x, _ = self._grid()
         return list(range(self._rank(rank) % x, self.size, x))
 
-    # ---------------------------------------------------------- communicators
+    # ------------------------------------------------------------------ levels
 
-    def split(self, comm: MPI.Comm) -> tuple[MPI.Comm, MPI.Comm]:
-        """(intra, inter) communicators (collective): same node, and same local rank (a rail).
+    def node_levels(self) -> tuple[int, int]:
+        """Colors splitting a communicator into (this rank's node, its rail: same local rank).
 
-        Both keep comm's rank order: intra's rank is the local rank, and on a
-        uniform topology inter's rank is the node id. The caller frees them.
+        Split with key = rank, both keep the rank order: the intra rank is the local
+        rank, and on a uniform topology the inter rank is the node id.
         """
-        self._check_comm(comm)
-        intra = comm.Split(self.node_id, key=self.rank)
-        inter = comm.Split(self.local_rank, key=self.rank)
-        return intra, inter
+        return self.node_id, self.local_rank
 
-    def grid_comms(self, comm: MPI.Comm) -> tuple[MPI.Comm, MPI.Comm]:
-        """(row, column) communicators of the grid (collective); ranks are the column and row index."""
-        self._check_comm(comm)
+    def grid_levels(self) -> tuple[int, int]:
+        """Colors splitting a communicator into (this rank's grid row, its column)."""
         x, _ = self._grid()
-        row = comm.Split(self.rank // x, key=self.rank)
-        column = comm.Split(self.rank % x, key=self.rank)
-        return row, column
+        return self.rank // x, self.rank % x
 
     # ---------------------------------------------------------------- helpers
 
@@ -211,9 +211,6 @@ class Topology:
             raise ValueError(f"this topology has no grid: pass grid=(X, Y) or set {GRID_ENV}")
         return self.grid
 
-    def _check_comm(self, comm: MPI.Comm) -> None:
-        if comm.Get_size() != self.size:
-            raise ValueError(f"communicator has {comm.Get_size()} ranks, topology {self.size}")
 
 
 def _canonical(node_of: Sequence[int]) -> tuple[int, ...]:

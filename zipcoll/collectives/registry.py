@@ -1,0 +1,149 @@
+"""The schedule registry: every all-reduce schedule zipcoll has, by name, with its properties.
+
+Each module of `zipcoll/collectives/schedules/` registers its schedule when imported,
+and `SCHEDULES` imports them all on first use, so adding a schedule is adding one module:
+
+    # zipcoll/collectives/schedules/myschedule.py
+    from zipcoll.collectives.registry import Schedule, register
+
+    def myschedule(t, buf, enc, tag, xp, send=None):
+        ...                                 # written over zipcoll.collectives.steps
+
+    register(Schedule("myschedule", myschedule, "when it wins", per_hop=True))
+
+Everything that lists or checks algorithms (the plan, `algorithm="auto"`, the
+benchmarks, the tests) reads the registry; `zipcoll.ALGORITHMS` is derived from it.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+# A flat schedule: (transport, buf, encoding, tag, xp, send=None) -> Steps, in place on buf.
+# A two-level one: (levels, buf, encodings, inner, tag, xp, send=None) -> Steps.
+ScheduleFunction = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One all-reduce schedule and what it can carry.
+
+    `codecs`: whether a codec may compress what it sends (every schedule is lossless
+    without one, for every predefined op on every dtype MPI defines it for).
+    `per_hop`: partial sums are re-encoded at every hop (a rescaling sparsifier would
+    compound its 1/ratio there, so those are refused).
+    `fixed_size_payloads`: receivers preallocate what they receive, so a codec whose
+    payload size depends on the data (threshold) is refused.
+    `two_level`: reduce-scatter in a level of fast links, an inner flat schedule across
+    the slow level (`split` gives the levels), allgather in the fast level again.
+    `native`: the MPI library's own collective (the only one that takes user-defined ops).
+    `tags`: tags one run uses side by side (of the call's block).
+    """
+
+    name: str
+    run: ScheduleFunction
+    summary: str
+    codecs: bool = True
+    per_hop: bool = False
+    fixed_size_payloads: bool = True
+    two_level: bool = False
+    native: bool = False
+    tags: int = 1
+    split: Callable[..., Any] | None = None  # two-level: (topology) -> level layout
+
+    def accepts(self, codec: Any) -> bool:
+        """Whether this schedule can carry `codec` (two-level: at its inter level, see plan)."""
+        if not self.codecs:
+            return False
+        if self.fixed_size_payloads and not codec.fixed_size:
+            return False
+        rescaling = codec.sparse and codec.unbiased
+        return not (self.per_hop and rescaling)
+
+
+class _Registry(Mapping):
+    """name -> Schedule, filled by importing every module of collectives/schedules."""
+
+    def __init__(self) -> None:
+        self._schedules: dict[str, Schedule] = {}
+        self._loaded = False
+
+    def add(self, schedule: Schedule) -> Schedule:
+        held = self._schedules.get(schedule.name)
+        if held is not None and held.run is not schedule.run:
+            raise ValueError(f"schedule {schedule.name!r} is already registered")
+        self._schedules[schedule.name] = schedule
+        return schedule
+
+    def _load(self) -> dict[str, Schedule]:
+        if not self._loaded:
+            self._loaded = True
+            from zipcoll.collectives import schedules
+
+            for module in pkgutil.iter_modules(schedules.__path__):
+                importlib.import_module(f"{schedules.__name__}.{module.name}")
+        return self._schedules
+
+    def __getitem__(self, name: str) -> Schedule:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._load(), key=_listing_order))
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+def _listing_order(name: str) -> tuple[int, str]:
+    """native first, then flat schedules, then two-level ones; alphabetical within."""
+    schedule = SCHEDULES._schedules[name]
+    return (0 if schedule.native else 2 if schedule.two_level else 1, name)
+
+
+SCHEDULES = _Registry()
+
+
+def register(schedule: Schedule) -> Schedule:
+    """Add `schedule` to `SCHEDULES` (called by each schedule module at import)."""
+    return SCHEDULES.add(schedule)
+
+
+def flat() -> list[Schedule]:
+    """The schedules that run on one communicator (an inner level of a two-level one)."""
+    return [s for s in SCHEDULES.values() if not s.two_level]
+
+
+def accepting(codec: Any) -> list[str]:
+    """Names of the flat schedules that can carry `codec`."""
+    return [s.name for s in flat() if s.accepts(codec)]
+
+
+def parse(algorithm: Any) -> tuple[Schedule | None, Schedule | None]:
+    """(schedule, inner) of a name: "ring" -> (ring, None), "torus:tree" -> (torus, tree).
+
+    "auto" gives (None, None): decided per call. ValueError names what exists.
+    """
+    if not isinstance(algorithm, str):
+        raise TypeError(f"algorithm must be a string, not {type(algorithm).__name__}")
+    name, _, inner = algorithm.partition(":")
+    if name == "auto" and not inner:
+        return None, None
+    schedule = SCHEDULES.get(name)
+    if schedule is None or (inner and not schedule.two_level):
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of "
+                         f"{', '.join(algorithms())} (two-level ones also as "
+                         f"'hierarchical:tree')")
+    if not inner:
+        return schedule, None
+    inner_schedule = SCHEDULES.get(inner)
+    if inner_schedule is None or inner_schedule.two_level:
+        raise ValueError(f"unknown inter-level schedule {inner!r} in {algorithm!r}; "
+                         f"expected one of {', '.join(s.name for s in flat())}")
+    return schedule, inner_schedule
+
+
+def algorithms() -> tuple[str, ...]:
+    """Every name `algorithm=` takes: "auto", then the registry's."""
+    return ("auto",) + tuple(SCHEDULES)

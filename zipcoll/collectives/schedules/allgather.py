@@ -1,0 +1,64 @@
+"""All-reduce by allgather: every rank packs its vector once, gathers every rank's, reduces all.
+
+Works with every codec, variable-size ones included (sizes are exchanged first). Every
+rank reduces the same p vectors in rank order, so every rank ends with the same bits.
+Each rank receives p-1 whole vectors: it pays off when payloads are small (top-k,
+threshold) or p is small. Point to point, not MPI_Allgatherv: slices of a pipelined
+call may start in different orders on different ranks; collectives match by order,
+messages by tag.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from zipcoll.collectives.registry import Schedule, register
+from zipcoll.collectives.schedule import Steps, split_space
+from zipcoll.collectives.steps import Encoding, Slots
+from zipcoll.transport import Transport
+
+
+def allgather(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any = np,
+              send: Any = None) -> Steps:
+    """All-reduce `buf` in place from every rank's packed copy of its vector."""
+    own = Slots(t, 1, enc.wire_bytes(buf.size), xp)
+    try:
+        source = buf if send is None else send
+        payload = enc.pack(source, "allgather", own[0])
+        if payload is buf:  # raw values about to be overwritten by rank 0's: keep a copy
+            payload = enc.inbox(own[0], buf.size)
+            payload[...] = buf
+        counts = [int(payload.nbytes)] * t.size
+        if not enc.fixed_size:
+            counts = yield from _payload_sizes(t, int(payload.nbytes), tag)
+        yield from _gather_and_reduce(t, buf, enc, tag, xp, payload, counts)
+    finally:
+        own.give_back()
+
+
+def _payload_sizes(t: Transport, mine: int, tag: int) -> Steps:
+    """Every rank's payload size in bytes, for codecs whose size depends on the data."""
+    sizes = np.zeros(t.size, dtype=np.int64)
+    yield t.exchange_with_all(np.array([mine], np.int64), split_space(sizes, [1] * t.size), tag)
+    return [mine if j == t.rank else int(n) for j, n in enumerate(sizes)]
+
+
+def _gather_and_reduce(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any,
+                       payload: Any, counts: list) -> Steps:
+    space = Slots(t, 1, sum(counts), xp)
+    try:
+        inbox = [enc.inbox(box, buf.size) for box in split_space(space[0], counts)]
+        yield t.exchange_with_all(payload, inbox, tag)
+        for j in range(t.size):  # rank order: the same result on every rank
+            received = payload if j == t.rank else inbox[j]
+            if j == 0:
+                enc.unpack(received, buf)
+            else:
+                enc.reduce(received, buf)
+    finally:
+        space.give_back()
+
+
+register(Schedule("allgather", allgather, "every rank's vector to every rank, reduced in "
+                  "rank order; any codec, threshold included", fixed_size_payloads=False))

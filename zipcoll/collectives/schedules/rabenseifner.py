@@ -1,0 +1,81 @@
+"""Rabenseifner's all-reduce: recursive-halving reduce-scatter, recursive-doubling allgather.
+
+For p not a power of two, the first 2*rem ranks (rem = p - pof2) fold in pairs before
+and unfold after, as MPICH does: even ranks hand their vector to the odd neighbour and
+sit out; the pof2 remaining ranks run the power-of-two algorithm.
+
+     fold      halving (RS)            doubling (AG)        unfold
+   0 --> 1    1 <-> 2  (halves)      1 <-> 2  (quarters)    1 --> 0
+             ...  distance 1, 2, 4 ...  distance ..., 4, 2, 1
+
+Lossless only: the doubling steps trade ranges that grow by whole received ranges, so a
+codec would re-encode settled values and ranks would end with different bits.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from zipcoll.collectives.registry import Schedule, register
+from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in
+from zipcoll.collectives.steps import Encoding, Slots, fold, send_recv_copy, send_recv_reduce, unfold
+from zipcoll.topologies.trees import pof2_fold, pof2_rank
+from zipcoll.transport import Transport
+
+
+def rabenseifner(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any = np,
+                 send: Any = None) -> Steps:
+    """All-reduce `buf` in place; correct for any number of ranks."""
+    copy_in(buf, send)
+    if t.size == 1:
+        return
+    slots = Slots(t, 1, enc.wire_bytes(buf.size), xp)
+    try:
+        yield from fold(t, enc, buf, tag, slots[0], "rabenseifner/fold")
+        me = pof2_fold(t.rank, t.size).new_rank
+        if me is not None:
+            blocks = chunk_bounds(buf.size, pof2_fold(t.rank, t.size).pof2)
+            history = yield from _halving(t, me, buf, blocks, enc, tag, slots[0])
+            yield from _doubling(t, me, buf, blocks, history, enc, tag)
+        yield from unfold(t, buf, tag)
+    finally:
+        slots.give_back()
+
+
+def _span(blocks: list, lo: int, hi: int) -> slice:
+    """Elements of blocks lo..hi-1."""
+    return slice(blocks[lo][0], blocks[hi - 1][1])
+
+
+def _halving(t: Transport, me: int, buf: Any, blocks: list, enc: Encoding, tag: int,
+             slot: Any) -> Steps:
+    """Recursive halving: each step keeps half the block range, reduced with the partner's."""
+    lo, hi, mask, history = 0, len(blocks), 1, []
+    while mask < len(blocks):
+        partner = pof2_rank(me ^ mask, t.size)
+        mid = (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if me & mask == 0 else ((mid, hi), (lo, mid))
+        outgoing = enc.pack(buf[_span(blocks, *give)], f"rabenseifner/{mask}", None)
+        yield from send_recv_reduce(t, enc, outgoing, partner, buf[_span(blocks, *keep)],
+                                    partner, tag, slot)
+        history.append((mask, give))
+        lo, hi = keep
+        mask <<= 1
+    return (lo, hi), history
+
+
+def _doubling(t: Transport, me: int, buf: Any, blocks: list, owned: tuple, enc: Encoding,
+              tag: int) -> Steps:
+    """Recursive doubling: undo the halving steps in reverse, trading final blocks."""
+    (lo, hi), history = owned
+    for mask, give in reversed(history):
+        partner = pof2_rank(me ^ mask, t.size)
+        # what I gave away at this halving step is exactly what the partner now owns
+        yield from send_recv_copy(t, enc, buf[_span(blocks, lo, hi)], partner,
+                                  buf[_span(blocks, *give)], partner, tag, None)
+        lo, hi = min(lo, give[0]), max(hi, give[1])
+
+
+register(Schedule("rabenseifner", rabenseifner, "recursive halving + doubling "
+                  "(any p, MPICH's fold); medium sizes", codecs=False))
