@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zipcoll.bench.timing import parse_size
+
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "benchmarks" / "cluster" / "cluster.sh"
 MPIENV = "scripts/mpienv.sh"
@@ -128,13 +130,6 @@ def size_text(n: int) -> str:
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift}{unit}"
     return str(n)
-
-
-def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text, re.IGNORECASE)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
-    return int(match.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[match.group(2).upper()]
 
 
 def doubling(lo: int, hi: int) -> list[int]:

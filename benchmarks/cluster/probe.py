@@ -16,16 +16,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll.bench.timing import parse_size
+
 WIRE_PER_PAYLOAD = 1514 / 1448
-UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """'64M' -> 67108864 bytes."""
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    if text and text[-1] in UNITS:
-        return int(text[:-1]) * UNITS[text[-1]]
-    return int(text)
 
 
 def parse_rate(text: str) -> float | None:

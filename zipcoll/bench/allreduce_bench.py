@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import inspect
 import json
-import os
 import socket
 import sys
 import zlib
@@ -152,9 +150,7 @@ class Bench:
         self.dtype = np.dtype(args.dtype)
         self.op = OPS[args.op]
         self.codec = load_codec(args.codec)
-        self.kwargs = dict(op=self.op, comm=comm, algorithm=args.algorithm)
-        if args.codec:
-            self.kwargs["codec"] = args.codec  # only when asked: works before codec= exists
+        self.kwargs = dict(op=self.op, comm=comm, algorithm=args.algorithm, codec=args.codec)
 
     def sizes(self) -> list[int]:
         """The message sizes of this run, in bytes (whole elements only)."""
@@ -208,12 +204,7 @@ class Bench:
 
 def load_codec(spec: str | None) -> Any:
     """The codec object for --codec (for wire_bytes and error_bound), or None."""
-    if spec is None:
-        return None
-    if "codec" not in inspect.signature(zipcoll.allreduce).parameters:
-        raise SystemExit("zipcoll-bench allreduce: this zipcoll.allreduce takes no codec= yet")
-    from zipcoll.codecs import get_codec
-    return get_codec(spec)
+    return None if spec is None else zipcoll.get_codec(spec)
 
 
 # -- validation --------------------------------------------------------------------
@@ -361,18 +352,6 @@ def header_lines(bench: Bench) -> list[str]:
     ]
 
 
-def machine() -> dict:
-    """Host facts worth keeping with results: CPU count and model."""
-    model = "?"
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next((line.split(":", 1)[1].strip() for line in info
-                          if line.startswith("model name")), "?")
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": model}
-
-
 def row_record(row: Row) -> dict:
     """One row as JSON: times in microseconds, bandwidths in GB/s."""
     check = row.check
@@ -400,7 +379,7 @@ def write_json(path: str, bench: Bench, argv: list[str], rows: list[Row], hosts:
         "mpi4py": sys.modules["mpi4py"].__version__, "zipcoll": zipcoll.__version__,
         "numpy": np.__version__, "hugepage_advice": hugepage_advice(),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(), "hosts": sorted(set(hosts)), "machine": machine(),
+        "hostname": socket.gethostname(), "hosts": sorted(set(hosts)), "machine": timing.machine(),
         "timing": timing.TIMING_METHOD, "rows": [row_record(r) for r in rows],
     }
     with open(path, "w") as out:

@@ -14,31 +14,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 
 import numpy as np
 
+from zipcoll.bench import timing
+
 DEFAULT_CODECS = ["none", "fp16", "bf16", "int8", "int4", "int2", "int8:stochastic=true",
                   "qsgd", "terngrad", "sign", "topk:ratio=0.01", "randomk:ratio=0.01",
                   "threshold:tau=2.5"]
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """Bytes of ``"64M"``, ``"1K"``, ``"4096"`` (binary units, as OSU)."""
-    text = text.strip().upper().rstrip("B")
-    unit = text[-1] if text and text[-1] in _UNITS else ""
-    return int(float(text[: len(text) - len(unit)]) * _UNITS[unit])
 
 
 def sizes(spec: str) -> list[int]:
     """Powers of two from MIN to MAX of ``"MIN:MAX"`` (bytes)."""
     lo, _, hi = spec.partition(":")
-    lo, hi = parse_size(lo), parse_size(hi or lo)
+    lo, hi = timing.parse_size(lo), timing.parse_size(hi or lo)
     out, s = [], 1 << max(lo - 1, 0).bit_length()
     while s <= hi:
         out.append(s)
@@ -82,21 +74,6 @@ def measure(codec, x: np.ndarray, iterations: int, warmup: int, copy_s: float) -
     }
 
 
-def machine() -> dict:
-    """What ran the benchmark."""
-    import numba
-
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "numba_threads": numba.get_num_threads(),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "numba": numba.__version__, "load_average": os.getloadavg()}
-
-
 def parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(prog="zipcoll-bench codecs", description=__doc__.split("\n")[0])
@@ -124,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if not args.json:
         print("# zipcoll codec benchmark: GB/s of input, median of %d iterations" % args.iterations)
-        print("# %s" % json.dumps(machine()))
+        print("# %s" % json.dumps(timing.machine()))
         print(f"{'# Size':>10} {'codec':<22} {'encode':>8} {'decode':>8} {'dec_add':>8} "
               f"{'memcpy':>8} {'enc/cp':>7} {'add/cp':>7} {'ratio':>7} {'rel_err':>9}")
     for nbytes in sizes(args.message_size):
@@ -143,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['wire_ratio']:7.2f} {row['rel_error']:9.2e}", flush=True)
     if args.json:
         json.dump({"command": "zipcoll-bench codecs " + " ".join(argv or sys.argv[1:]),
-                   "machine": machine(), "rows": rows}, sys.stdout, indent=1)
+                   "machine": timing.machine(), "rows": rows}, sys.stdout, indent=1)
         print()
     return 0
 

@@ -6,10 +6,12 @@ the average, minimum and maximum of those per-rank averages across ranks.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 from mpi4py import MPI
 
 TIMING_METHOD = (
@@ -90,3 +92,21 @@ def across_ranks(value: float, comm: MPI.Comm) -> Spread:
     total = comm.allreduce(value, op=MPI.SUM)
     return Spread(total / comm.Get_size(), comm.allreduce(value, op=MPI.MIN),
                   comm.allreduce(value, op=MPI.MAX))
+
+
+def machine() -> dict:
+    """What ran a benchmark: CPU model and count, kernel threads, versions, load average."""
+    import platform
+
+    import numba
+
+    model = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "numba_threads": numba.get_num_threads(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "numba": numba.__version__, "load_average": os.getloadavg()}
