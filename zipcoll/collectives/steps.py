@@ -13,7 +13,7 @@ it yields the requests it posted, then does the local work once they are done):
 
     send_recv_reduce   send a packed chunk, receive a peer's, reduce it into a chunk
     send_recv_copy     forward final bytes unchanged, receive final bytes into a chunk
-    fold / unfold      fold ranks in pairs onto a power of two, and back (MPICH)
+    on_power_of_two    fold ranks in pairs onto a power of two, run a part there, unfold (MPICH)
 
 plus the encoding's own local steps: `pack` (what to send of a chunk), `reduce`
 (acc <- acc op received), `settle` (the owner's final value: encoded once, kept as the
@@ -22,13 +22,13 @@ others will decode it, so every rank ends with the same bits), `landing` and `un
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.ops import ReduceOp
-from zipcoll.collectives.schedule import Steps
+from zipcoll.collectives.schedule import Steps, copy_in
 from zipcoll.topologies.trees import pof2_fold
 from zipcoll.transport import Transport
 
@@ -169,6 +169,27 @@ def send_recv_copy(t: Transport, enc: Encoding, outgoing: Any, dest: int, chunk:
     yield t.exchange(outgoing, dest, incoming, source, tag)
     enc.unpack(incoming, chunk)
     return incoming
+
+
+def on_power_of_two(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any, send: Any,
+                    name: str, part: Callable[[int, int, Any], Steps]) -> Steps:
+    """All-reduce `buf` in place by `part(new_rank, pof2, slot)`, which runs on pof2 ranks.
+
+    Folding makes any number of ranks a power of two (MPICH's `pof2_fold`); `slot` is
+    scratch for one packed copy of `buf`.
+    """
+    copy_in(buf, send)
+    if t.size == 1:
+        return
+    slots = Slots(t, 1, enc.wire_bytes(buf.size), xp)
+    try:
+        yield from fold(t, enc, buf, tag, slots[0], f"{name}/fold")
+        folding = pof2_fold(t.rank, t.size)
+        if folding.new_rank is not None:
+            yield from part(folding.new_rank, folding.pof2, slots[0])
+        yield from unfold(t, buf, tag)
+    finally:
+        slots.give_back()
 
 
 def fold(t: Transport, enc: Encoding, buf: Any, tag: int, slot: Any, site: str) -> Steps:

@@ -18,29 +18,22 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.registry import Schedule, register
-from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in
-from zipcoll.collectives.steps import Encoding, Slots, fold, send_recv_copy, send_recv_reduce, unfold
-from zipcoll.topologies.trees import pof2_fold, pof2_rank
+from zipcoll.collectives.schedule import Steps, chunk_bounds
+from zipcoll.collectives.steps import Encoding, on_power_of_two, send_recv_copy, send_recv_reduce
+from zipcoll.topologies.trees import pof2_rank
 from zipcoll.transport import Transport
 
 
 def rabenseifner(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any = np,
                  send: Any = None) -> Steps:
     """All-reduce `buf` in place; correct for any number of ranks."""
-    copy_in(buf, send)
-    if t.size == 1:
-        return
-    slots = Slots(t, 1, enc.wire_bytes(buf.size), xp)
-    try:
-        yield from fold(t, enc, buf, tag, slots[0], "rabenseifner/fold")
-        me = pof2_fold(t.rank, t.size).new_rank
-        if me is not None:
-            blocks = chunk_bounds(buf.size, pof2_fold(t.rank, t.size).pof2)
-            history = yield from _halving(t, me, buf, blocks, enc, tag, slots[0])
-            yield from _doubling(t, me, buf, blocks, history, enc, tag)
-        yield from unfold(t, buf, tag)
-    finally:
-        slots.give_back()
+
+    def halving_doubling(me: int, pof2: int, slot: Any) -> Steps:
+        blocks = chunk_bounds(buf.size, pof2)
+        history = yield from _halving(t, me, buf, blocks, enc, tag, slot)
+        yield from _doubling(t, me, buf, blocks, history, enc, tag)
+
+    yield from on_power_of_two(t, buf, enc, tag, xp, send, "rabenseifner", halving_doubling)
 
 
 def _span(blocks: list, lo: int, hi: int) -> slice:

@@ -3,7 +3,7 @@
 Step i pairs ranks that differ in bit i and both reduce the pair's vectors, the lower
 rank's first, so after log2 p steps every rank holds the same bits. It sends log2(p) times the message
 (a ring sends 2(p-1)/p of it) but takes only log2 p latencies: the schedule for small
-messages. Non-powers of two fold first and unfold after (`steps.fold`), as MPICH does.
+messages. Non-powers of two fold first and unfold after (`steps.on_power_of_two`).
 
     distance 1      distance 2      (p = 4)
     0 <-> 1         0 <-> 2
@@ -16,35 +16,28 @@ from typing import Any
 import numpy as np
 
 from zipcoll.collectives.registry import Schedule, register
-from zipcoll.collectives.schedule import Steps, copy_in
-from zipcoll.collectives.steps import Encoding, Slots, fold, send_recv_reduce, unfold
-from zipcoll.topologies.trees import pof2_fold, pof2_rank
+from zipcoll.collectives.schedule import Steps
+from zipcoll.collectives.steps import Encoding, on_power_of_two, send_recv_reduce
+from zipcoll.topologies.trees import pof2_rank
 from zipcoll.transport import Transport
 
 
 def recdoubling(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any = np,
                 send: Any = None) -> Steps:
     """All-reduce `buf` in place by recursive doubling; any number of ranks."""
-    copy_in(buf, send)
-    if t.size == 1:
-        return
-    slots = Slots(t, 1, enc.wire_bytes(buf.size), xp)
-    try:
-        yield from fold(t, enc, buf, tag, slots[0], "recdoubling/fold")
-        folding = pof2_fold(t.rank, t.size)
-        if folding.new_rank is not None:
-            mask = 1
-            while mask < folding.pof2:
-                partner = pof2_rank(folding.new_rank ^ mask, t.size)
-                # the step's wait covers the send too: buf is free to reduce into after it
-                outgoing = enc.pack(buf, f"recdoubling/{mask}", None)  # lossless: buf itself
-                # the lower rank's operand first, on both sides: the same bits
-                yield from send_recv_reduce(t, enc, outgoing, partner, buf, partner, tag,
-                                            slots[0], received_first=partner < t.rank)
-                mask <<= 1
-        yield from unfold(t, buf, tag)
-    finally:
-        slots.give_back()
+
+    def doubling(me: int, pof2: int, slot: Any) -> Steps:
+        mask = 1
+        while mask < pof2:
+            partner = pof2_rank(me ^ mask, t.size)
+            # the step's wait covers the send too: buf is free to reduce into after it
+            outgoing = enc.pack(buf, f"recdoubling/{mask}", None)  # lossless: buf itself
+            # the lower rank's operand first, on both sides: the same bits
+            yield from send_recv_reduce(t, enc, outgoing, partner, buf, partner, tag, slot,
+                                        received_first=partner < t.rank)
+            mask <<= 1
+
+    yield from on_power_of_two(t, buf, enc, tag, xp, send, "recdoubling", doubling)
 
 
 register(Schedule("recdoubling", recdoubling, "recursive doubling, whole vector each step; "
