@@ -30,3 +30,12 @@ def test_every_command_module_has_a_main():
 
     for module, _ in COMMANDS.values():
         assert callable(importlib.import_module(module).main)
+
+
+def test_allreduce_header_explains_every_column():
+    from zipcoll.bench.allreduce_bench import legend_lines, table_columns
+
+    legend = " ".join(legend_lines(True, True, True)).lower()
+    for column in table_columns(True, True, True):
+        term = column.title.replace("(us)", "").replace("(GB/s)", "").lower()  # keeps "wire(b)"
+        assert term in legend or f"{term.split()[-1]}:" in legend, column.title
