@@ -172,3 +172,14 @@ def test_scratch_is_bounded_and_shrinks(comm):
         assert t.scratch_bytes() < 1 << 20  # the large call's scratch was dropped
     finally:
         other.Free()
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_8bit_sums_wrap_on_every_path_but_native(comm, dtype):
+    """Open MPI saturates 8-bit SUM; zipcoll's schedules wrap, and auto stays off native."""
+    x = np.full(100, 100, dtype)
+    wrapped = np.full(100, 100 * comm.size, np.int64).astype(dtype)
+    for algorithm in LOSSLESS:
+        if algorithm != "native":
+            np.testing.assert_array_equal(zipcoll.allreduce(x, comm=comm, algorithm=algorithm),
+                                          wrapped, err_msg=algorithm)
