@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from zipcoll.codecs import (FLAG_LOST_NONFINITE, HEADER_BYTES, ErrorFeedback, UnknownCodecError,
-                            get_codec, list_codecs, read_header)
+from zipcoll.codecs import (FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, ErrorFeedback, Int8,
+                            UnknownCodecError, get_codec, list_codecs, read_header)
 from zipcoll.codecs.backend import host
 
 # one spec per codec and the variants whose layout or rounding differ
@@ -259,15 +259,17 @@ def test_deterministic_codecs_ignore_seed():
 # what each codec documents for NaN and Inf: kept as such, NaN, or the flag that poisons
 NONFINITE = {
     "none": "kept", "fp16": "kept", "bf16": "kept", "topk:k=10": "kept",
-    "threshold:tau=1": "kept", "int8": "nan", "int4": "nan", "int2": "nan",
-    "qsgd": "nan", "terngrad": "nan", "sign": "block", "randomk:k=10": "poison",
+    "threshold:tau=1": "kept", "int8": "kept", "int4": "kept", "int2": "nan",
+    "qsgd": "kept", "qsgd:levels=3": "kept", "terngrad": "nan", "sign": "kept",
+    "sign:block=8": "kept", "randomk:k=10": "poison",
 }
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("spec", NONFINITE)
-def test_nan_and_inf_never_become_finite(spec):
+def test_nan_and_inf_never_become_finite(spec, dtype):
     codec = get_codec(spec)
-    x = data(600)
+    x = data(600, dtype)
     bad = [3, 300, 599]
     x[bad] = [np.nan, np.inf, -np.inf]
     payload = codec.encode(x, seed=1)
@@ -278,14 +280,94 @@ def test_nan_and_inf_never_become_finite(spec):
         np.testing.assert_array_equal(y[bad], x[bad])
     elif rule == "nan":
         assert np.isnan(y[bad]).all()
-        ok = np.isfinite(x)
-        assert np.all(np.abs(y - x)[ok] <= codec.error_bound(x)[ok])
-    elif rule == "block":
-        assert not np.isfinite(y[:256]).any() and np.isfinite(y[256 * 2 + 88:]).all() is not None
     else:
         assert read_header(payload, host()).flags & FLAG_LOST_NONFINITE
+    if rule != "poison":  # the other elements are as good as without the NaN and Inf
+        ok = np.isfinite(x)
+        assert np.isfinite(y[ok]).all()
+        assert np.all(np.abs(y[ok] - x[ok]) <= codec.error_bound(x)[ok])
     acc = np.zeros_like(x)
     assert not np.isfinite(codec.decode_add(payload, acc)[bad]).any()
+
+
+@pytest.mark.parametrize("spec", ["int8", "int4", "int2", "qsgd", "terngrad", "sign"])
+def test_blocks_without_nonfinite_are_coded_as_before(spec):
+    codec = get_codec(f"{spec}:block=64")
+    x = data(256)
+    clean = codec.decode(codec.encode(x, seed=5))
+    x[70] = np.inf  # block 1
+    y = codec.decode(codec.encode(x, seed=5))
+    others = np.r_[0:64, 128:256]
+    np.testing.assert_array_equal(y[others], clean[others])
+
+
+def test_sign_block_with_nonfinite():
+    codec = get_codec("sign:block=8")
+    x = np.array([1, -2, np.nan, 4, 1, 1, 1, 1,  # NaN: only it non-finite
+                  1, np.inf, -3, np.inf, 5, 6, 7, 8,  # one Inf twice: kept
+                  np.inf, -np.inf, 1, 1, 1, 1, 1, 1,  # mixed: NaN
+                  -1, 1, -1, 1, -1, 1, -1, 1], np.float32)
+    y = codec.decode(codec.encode(x))
+    expected = np.array([0, 0, np.nan, 0, 0, 0, 0, 0, 0, np.inf, 0, np.inf, 0, 0, 0, 0,
+                         np.nan, np.nan, 0, 0, 0, 0, 0, 0, -1, 1, -1, 1, -1, 1, -1, 1], np.float32)
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_int8_infinities_and_nan_in_one_block():
+    codec = get_codec("int8:block=8")
+    x = np.array([np.inf, -np.inf, np.nan, 126.0, -63.0, 0.5, 0, -126.0], np.float32)
+    y = codec.decode(codec.encode(x))
+    np.testing.assert_array_equal(y[:3], x[:3])
+    np.testing.assert_allclose(y[3:], [126, -63, 1, 0, -126])  # step 126 / 126 = 1
+
+
+class _Width(Int8):
+    """Absmax codes of any width (not registered: Int8's tag, levels tell them apart)."""
+
+    def __init__(self, bits, block=256):
+        self.bits = bits
+        super().__init__(block)
+
+
+def _width_codec(bits, block):
+    """A codec of ``bits``-bit codes: sign for 1, an absmax quantizer for the others."""
+    return get_codec({"id": "sign", "block": block}) if bits == 1 else _Width(bits, block)
+
+
+@pytest.mark.parametrize("block", [8, 24, 256])
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_every_width_packs_into_exactly_wire_bytes(bits, block):
+    codec = _width_codec(bits, block)
+    for n in (0, 1, 5, 8, 9, 23, 24, 25, 255, 256, 257, 1001):
+        x = data(n)
+        nbytes = codec.wire_bytes(n)
+        out = np.full(nbytes + 16, 0xA5, np.uint8)
+        payload = codec.encode(x, out=out)
+        assert payload.size == nbytes
+        assert (out[nbytes:] == 0xA5).all(), f"{bits} bits wrote past wire_bytes"
+        scales = -(-4 * -(-n // block) // 8) * 8
+        assert nbytes == HEADER_BYTES + scales + -(-n * bits // 8)  # codes: ceil(n bits / 8)
+        y = codec.decode(payload)
+        assert np.all(np.abs(y.astype(np.float64) - x) <= codec.error_bound(x)), (bits, n)
+        acc = np.ones(n, np.float32)
+        np.testing.assert_allclose(codec.decode_add(payload, acc), 1 + y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [0, 9, 16, 2.5])
+def test_widths_it_cannot_pack_are_refused(bits):
+    with pytest.raises(ValueError, match="bits"):
+        _width_codec(bits, 256)
+
+
+@pytest.mark.parametrize("levels, bits", [(1, 2), (2, 3), (3, 3), (7, 4), (15, 5), (31, 6),
+                                          (63, 7), (127, 8)])
+def test_qsgd_takes_the_fewest_bits(levels, bits):
+    codec = get_codec({"id": "qsgd", "levels": levels})
+    assert codec.bits == bits
+    x = data(1000, np.float64)
+    payload = codec.encode(x, seed=3)
+    assert payload.size == codec.wire_bytes(1000)
+    assert np.all(np.abs(codec.decode(payload) - x) <= codec.error_bound(x))
 
 
 def test_topk_drops_nonfinite_only_with_the_flag():
@@ -315,6 +397,21 @@ def test_error_feedback_tracks_the_sum():
     codec.reset()
     assert codec.keys() == []
     assert codec.fixed_size and not codec.lossless and codec.wire_bytes(512) == get_codec("sign").wire_bytes(512)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spec", ["int8", "int4:block=24", "int2", "int8:stochastic=true",
+                                  "qsgd", "qsgd:levels=3", "terngrad", "sign", "sign:block=40",
+                                  "topk:k=9", "fp16"])
+def test_residual_written_while_encoding_is_the_two_pass_one(spec, dtype):
+    codec = get_codec(spec)
+    x = data(1001, dtype)
+    x[[5, 600]] = [np.inf, np.nan]
+    fused, plain = data(1001, dtype, seed=2), data(1001, dtype, seed=2)
+    payload = codec.encode_with_residual(x, fused, seed=7)
+    expected = Codec.encode_with_residual(codec, x, plain, seed=7)  # encode, then decode
+    np.testing.assert_array_equal(payload, expected)
+    np.testing.assert_array_equal(fused, plain)
 
 
 def test_error_feedback_drops_a_nonfinite_residual():

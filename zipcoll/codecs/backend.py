@@ -36,8 +36,8 @@ def _kernels(name: str) -> ModuleType:
     return importlib.import_module(f"zipcoll.codecs.kernels.{name}")
 
 
-def _cupy() -> ModuleType:
-    """CuPy, or an error naming the extra that installs it."""
+def cupy() -> ModuleType:
+    """CuPy, or an error naming the extra that installs it: zipcoll's one import of CuPy."""
     try:
         return importlib.import_module("cupy")
     except ImportError:
@@ -51,7 +51,7 @@ def host() -> Backend:
 
 def cuda() -> Backend:
     """CuPy arrays, ``numba.cuda`` kernels."""
-    return Backend("cuda", _cupy(), _kernels("cuda"))
+    return Backend("cuda", cupy(), _kernels("cuda"))
 
 
 def simulator() -> Backend:
@@ -71,7 +71,7 @@ def backend_of(a) -> tuple[Backend, object]:
     if _is_simulated(a):
         return simulator(), a._ary  # the simulator keeps device memory in a NumPy array
     if hasattr(a, "__cuda_array_interface__"):
-        xp = _cupy()
+        xp = cupy()
         return cuda(), xp.asarray(a)
     raise TypeError(f"expected a NumPy, CuPy or Numba device array, got {type(a).__name__}")
 

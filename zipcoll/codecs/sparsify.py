@@ -15,13 +15,13 @@ import math
 
 import numpy as np
 
-from .base import FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, align8, eps_of, kernel_input
+from .base import FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, eps_of, kernel_input
 from .quantize import _Seeded
 
 _VALUE_DTYPES = ("float32", "float16")
 
 
-class _Sparse(Codec):
+class _Sparse(WireCodec):
     """Indices + values layout, checks and the scatter on decode."""
 
     sparse = True
@@ -147,7 +147,6 @@ class TopK(_Counted):
     """The k largest |x|, exactly (ties broken by index); NaN ranks highest, then Inf."""
 
     codec_id = "topk"
-    wire_tag = 20
 
     def _encode(self, bk, x, out, seed):
         k = self.count(x.size)
@@ -190,7 +189,6 @@ class RandomK(_Seeded, _Counted):
     """
 
     codec_id = "randomk"
-    wire_tag = 21
     stochastic = True
     sends_indices = False
 
@@ -226,7 +224,6 @@ class Threshold(_Sparse):
     """Every element with |x| >= ``tau`` (and every NaN/Inf): variable size."""
 
     codec_id = "threshold"
-    wire_tag = 22
     fixed_size = False
 
     def __init__(self, tau: float, values: str = "float32"):

@@ -18,18 +18,28 @@ _decode_block = njit(inline="always")(rules.decode_block.py_func)
 
 
 @functools.lru_cache(maxsize=None)
-def _encoder(bits, kind, stochastic, parallel):
-    """Block encode kernel compiled for one (bits, norm, rounding)."""
+def _encoder(bits, kind, stochastic, feedback, parallel):
+    """Block encode kernel compiled for one (bits, norm, rounding, feedback)."""
+    @njit(inline="always")
+    def _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed):
+        if feedback:  # the residual array takes the target, then target - decoded
+            rules.add_block(x, r, b, block)
+            _encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
+                          seed, True)
+        else:
+            _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
+                          seed, False)
+
     if parallel:
         @njit(parallel=True, cache=True)
-        def encode(x, xb, codes, scales, block, levels, seed):
+        def encode(x, xb, r, rb, codes, scales, block, levels, seed):
             for b in prange(scales.size):
-                _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+                _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
     else:
         @njit(cache=True)
-        def encode(x, xb, codes, scales, block, levels, seed):
+        def encode(x, xb, r, rb, codes, scales, block, levels, seed):
             for b in range(scales.size):
-                _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+                _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
     return encode
 
 
@@ -49,10 +59,18 @@ def _decoder(bits, accumulate, parallel):
     return decode
 
 
-def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
-    """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``."""
-    kernel = _encoder(bits, kind, bool(stochastic), x.size >= PARALLEL_MIN)
-    kernel(x, xb, codes, scales, block, levels, seed)
+def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
+                 r=None, rb=None):
+    """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``.
+
+    With a residual ``r`` (``rb``: its bits), encode ``x + r`` and leave in ``r`` the
+    target less its decoded value (error feedback), in the same pass.
+    """
+    feedback = r is not None
+    kernel = _encoder(bits, kind, bool(stochastic), feedback, x.size >= PARALLEL_MIN)
+    if not feedback:
+        r, rb = x, xb  # not read
+    kernel(x, xb, r, rb, codes, scales, block, levels, seed)
 
 
 def block_decode(codes, scales, out, block, bits, accumulate):
