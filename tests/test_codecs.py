@@ -168,6 +168,37 @@ def test_topk_matches_a_sort():
         np.testing.assert_array_equal(y, expected)
 
 
+def _topk_reference(x, k):
+    """Sorted indices of the k largest |x|, NaN largest, ties to the lower index."""
+    key = np.where(np.isnan(x), np.inf, np.abs(x.astype(np.float64)))
+    rank = np.lexsort((np.arange(x.size), -key))  # by key descending, then by index
+    nan_first = np.concatenate([np.flatnonzero(np.isnan(x)), rank[~np.isnan(x[rank])]])
+    return np.sort(nan_first[:k])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["gauss", "ties", "misleading_sample", "nonfinite", "sorted"])
+def test_topk_large_matches_the_reference(case, dtype):
+    n = 1 << 20  # above the size where the kernels go parallel
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(n)
+    if case == "ties":
+        x = np.round(x * 4) / 4  # a few distinct values: the k-th ties with thousands
+    elif case == "misleading_sample":
+        x = np.ones(n)
+        x[::16] = 2.0  # every sampled element is large, most others are not
+    elif case == "sorted":  # the largest crowd the first chunks of the parallel pass
+        x = np.linspace(1, 0, n)
+    elif case == "nonfinite":
+        x[rng.integers(0, n, 500)] = np.nan
+        x[rng.integers(0, n, 500)] = -np.inf
+    x = x.astype(dtype)
+    for k in (1, 1000, n // 100, n // 10, n - 1):
+        payload = get_codec({"id": "topk", "k": k}).encode(x)
+        indices = payload[HEADER_BYTES:HEADER_BYTES + 4 * k].view(np.int32)
+        np.testing.assert_array_equal(indices, _topk_reference(x, k), err_msg=f"k={k}")
+
+
 def test_topk_ties_go_to_lower_indices():
     x = np.array([1, -2, 2, 2, 0.5, -2], np.float32)
     y = get_codec("topk:k=2").decode(get_codec("topk:k=2").encode(x))
