@@ -47,7 +47,6 @@ class _Sparse(WireCodec):
         values_at, end = self._layout(count)
         p = self._new_payload(bk, x, end, out, count, seed)
         x = kernel_input(bk, x)
-        lost = _count_nonfinite(bk.xp, x)
         if indices is not None:
             p[HEADER_BYTES:HEADER_BYTES + 4 * count].view(np.int32)[...] = indices
             p[HEADER_BYTES + 4 * count:values_at] = 0  # alignment padding: defined bytes
@@ -56,9 +55,13 @@ class _Sparse(WireCodec):
             sent = bk.xp.empty(count, np.float32 if x.dtype == np.float16 else x.dtype)
             bk.kernels.randomk_gather(x, sent, count, seed)
         p[values_at:end].view(self.values)[...] = sent
-        if lost > _count_nonfinite(bk.xp, sent):
+        if self._left_out_nonfinite(bk, x, _count_nonfinite(bk.xp, sent), count):
             p[5] = FLAG_LOST_NONFINITE  # the flags byte of the header
         return p
+
+    def _left_out_nonfinite(self, bk, x, sent: int, count: int) -> bool:
+        """True if ``x`` has NaN/Inf beyond the ``sent`` of the ``count`` values sent."""
+        return _count_nonfinite(bk.xp, x) > sent
 
     def _sections(self, payload, h):
         """Indices (None for randomk) and values of a payload, as views."""
@@ -151,6 +154,10 @@ class TopK(_Counted):
     def _encode(self, bk, x, out, seed):
         k = self.count(x.size)
         return self._write(bk, x, out, _topk_indices(bk.xp, x, k), k)
+
+    def _left_out_nonfinite(self, bk, x, sent: int, count: int) -> bool:
+        # NaN and Inf rank above every finite value: with a finite value sent, none is left
+        return sent == count and super()._left_out_nonfinite(bk, x, sent, count)
 
     def error_bound(self, x) -> np.ndarray:
         """|x| of the elements not sent (0 plus value rounding for those sent)."""
