@@ -362,3 +362,17 @@ def kernel_input(bk: Backend, x):
 def eps_of(dtype) -> float:
     """Relative rounding slack of a result in ``dtype`` computed through float32."""
     return float(max(np.finfo(dtype).eps, np.finfo(np.float32).eps))
+
+
+def cpu_kernels():
+    """The CPU kernel module (imported on first use, as the backends do)."""
+    from .kernels import cpu
+
+    return cpu
+
+
+def count_nonfinite(xp, a) -> int:
+    """Number of NaN/Inf elements of ``a``: one pass and no temporary on the host."""
+    if isinstance(a, np.ndarray) and a.dtype != np.float16:
+        return int(cpu_kernels().count_nonfinite(a))
+    return int(a.size - xp.count_nonzero(xp.isfinite(a)))

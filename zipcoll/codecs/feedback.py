@@ -15,7 +15,7 @@ from typing import Hashable, Mapping
 import numpy as np
 
 from .backend import backend_of
-from .base import Codec, get_codec
+from .base import Codec, count_nonfinite, get_codec
 
 
 class ErrorFeedback(Codec):
@@ -62,7 +62,7 @@ class ErrorFeedback(Codec):
         if residual is None:
             residual = bk.xp.zeros_like(x)
         payload = self._codec.encode_with_residual(x, residual, out=out, seed=seed)
-        if _all_finite(bk.xp, residual):
+        if count_nonfinite(bk.xp, residual) == 0:
             self._residuals[key] = residual
         return payload
 
@@ -97,11 +97,3 @@ class ErrorFeedback(Codec):
         """As the inner codec."""
         return self._codec.decode_add(payload, acc)
 
-
-def _all_finite(xp, a) -> bool:
-    """True if ``a`` holds no NaN/Inf."""
-    if isinstance(a, np.ndarray) and a.dtype != np.float16:  # one pass, no temporary
-        from .kernels import cpu
-
-        return cpu.count_nonfinite(a) == 0
-    return bool(xp.isfinite(a).all())

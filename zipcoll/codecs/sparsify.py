@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from .base import FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, eps_of, kernel_input
+from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, count_nonfinite,
+                   cpu_kernels, eps_of, kernel_input)
 from .quantize import _Seeded
 
 _VALUE_DTYPES = ("float32", "float16")
@@ -55,13 +56,13 @@ class _Sparse(WireCodec):
             sent = bk.xp.empty(count, np.float32 if x.dtype == np.float16 else x.dtype)
             bk.kernels.randomk_gather(x, sent, count, seed)
         p[values_at:end].view(self.values)[...] = sent
-        if self._left_out_nonfinite(bk, x, _count_nonfinite(bk.xp, sent), count):
+        if self._left_out_nonfinite(bk, x, count_nonfinite(bk.xp, sent), count):
             p[5] = FLAG_LOST_NONFINITE  # the flags byte of the header
         return p
 
     def _left_out_nonfinite(self, bk, x, sent: int, count: int) -> bool:
         """True if ``x`` has NaN/Inf beyond the ``sent`` of the ``count`` values sent."""
-        return _count_nonfinite(bk.xp, x) > sent
+        return count_nonfinite(bk.xp, x) > sent
 
     def _sections(self, payload, h):
         """Indices (None for randomk) and values of a payload, as views."""
@@ -98,20 +99,6 @@ class _Sparse(WireCodec):
         narrower = np.dtype(self.values).itemsize < x.dtype.itemsize
         with np.errstate(invalid="ignore"):  # Inf * 0: the caller masks non-finite x
             return np.abs(x).astype(np.float64) * (np.finfo(self.values).eps if narrower else 0.0)
-
-
-def _count_nonfinite(xp, a) -> int:
-    """Number of NaN/Inf elements of ``a``."""
-    if isinstance(a, np.ndarray) and a.dtype != np.float16:  # one pass, no temporary
-        return int(cpu_kernels().count_nonfinite(a))
-    return int(a.size - xp.count_nonzero(xp.isfinite(a)))
-
-
-def cpu_kernels():
-    """The CPU kernel module (imported on first use, as the backends do)."""
-    from .kernels import cpu
-
-    return cpu
 
 
 def _check_count(codec_id: str, ratio, k) -> None:

@@ -66,16 +66,6 @@ def bits_to_float(bits, mant, bias):
 
 
 @njit(cache=True)
-def bits_to_float(bits, mant, bias):
-    """float64 value of the non-negative IEEE bits ``bits`` (``mant`` fraction bits)."""
-    e = int(bits >> np.uint64(mant))
-    m = np.float64(bits & ((np.uint64(1) << np.uint64(mant)) - np.uint64(1)))
-    if e == 0:
-        return math.ldexp(m, 1 - bias - mant)
-    return math.ldexp(m + math.ldexp(1.0, mant), e - bias - mant)
-
-
-@njit(cache=True)
 def max_finite_bits(xb, sign, inf):
     """Largest ``xb[i] & sign`` below ``inf`` (|x| of the finite x, on their IEEE bits),
     and whether an Inf was seen; integer max vectorizes."""
@@ -212,6 +202,17 @@ def add_block(x, r, b, block):
 
 
 @njit(cache=True)
+def code_of(xs, i, lo, inv, levels, scale, bits, marked, stochastic, seed, feedback):
+    """Code of ``xs[i]`` (element ``lo + i``); with ``feedback``, ``xs[i]`` becomes its
+    value less the code's value: error feedback's residual, written while encoding."""
+    v = xs[i]
+    q = quantize(v, inv, levels, bits, uniform32(seed, lo + i, stochastic), marked)
+    if feedback:
+        xs[i] = v - dequantize(q, scale, bits, marked)
+    return q
+
+
+@njit(cache=True)
 def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed, feedback):
     """Quantize block ``b`` of ``x`` (``xb``: its IEEE bits) into ``codes`` and ``scales[b]``.
 
@@ -245,32 +246,23 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
         for j in range(full):
             byte = 0
             for t in range(per):
-                i = j * per + t
-                v = xs[i]
-                q = quantize(v, inv, lv, bits, uniform32(seed, lo + i, stochastic), marked)
-                if feedback:
-                    xs[i] = v - dequantize(q, s, bits, marked)
+                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
+                            feedback)
                 byte |= (q & mask) << (t * bits)
             cs[j] = byte
     else:  # 3, 5, 6, 7 bits: a group of codes spans several bytes
         for j in range(full):
             word = np.uint64(0)
             for t in range(per):
-                i = j * per + t
-                v = xs[i]
-                q = quantize(v, inv, lv, bits, uniform32(seed, lo + i, stochastic), marked)
-                if feedback:
-                    xs[i] = v - dequantize(q, s, bits, marked)
+                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
+                            feedback)
                 word |= np.uint64(q & mask) << np.uint64(t * bits)
             for k in range(nbytes):
                 cs[j * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
     if full * per < xs.size:  # the last block ends inside a group: its high bits stay 0
         word = np.uint64(0)
         for i in range(full * per, xs.size):
-            v = xs[i]
-            q = quantize(v, inv, lv, bits, uniform32(seed, lo + i, stochastic), marked)
-            if feedback:
-                xs[i] = v - dequantize(q, s, bits, marked)
+            q = code_of(xs, i, lo, inv, lv, s, bits, marked, stochastic, seed, feedback)
             word |= np.uint64(q & mask) << np.uint64((i - full * per) * bits)
         for k in range(cs.size - full * nbytes):
             cs[full * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
