@@ -475,3 +475,23 @@ def test_missing_cupy_names_the_extra():
         pass
     with pytest.raises(ImportError, match=r"zipcoll\[cuda12\]"):
         backend.backend_of(FakeDeviceArray())
+
+
+def test_a_new_codec_needs_its_wire_tag(monkeypatch):
+    from zipcoll.codecs import WIRE_TAGS, base
+    from zipcoll.codecs.cast import _Cast
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # forget it afterwards
+    with pytest.raises(ValueError, match="WIRE_TAGS"):
+        type("Untagged", (_Cast,), {"codec_id": "untagged"})
+    monkeypatch.setitem(WIRE_TAGS, "half2", WIRE_TAGS["fp16"])
+    with pytest.raises(ValueError, match="unique"):
+        type("Half2", (_Cast,), {"codec_id": "half2"})
+    monkeypatch.setitem(WIRE_TAGS, "half2", max(WIRE_TAGS.values()) + 1)
+    half2 = type("Half2", (_Cast,), {"codec_id": "half2"})
+    codec = get_codec("half2")
+    assert type(codec) is half2 and codec.wire_tag == WIRE_TAGS["half2"]
+    x = data(100)
+    np.testing.assert_array_equal(codec.decode(codec.encode(x)), x.astype(np.float16))
+    with pytest.raises(ValueError, match="half2"):
+        get_codec("fp16").decode(codec.encode(x))

@@ -46,8 +46,6 @@ WIRE_TAGS: dict[str, int] = {
     "int8": 10, "int4": 11, "int2": 12, "qsgd": 13, "terngrad": 14, "sign": 15,
     "topk": 20, "randomk": 21, "threshold": 22,
 }
-_IDS_BY_TAG = {tag: codec_id for codec_id, tag in WIRE_TAGS.items()}
-assert len(_IDS_BY_TAG) == len(WIRE_TAGS) and max(WIRE_TAGS.values()) < 256, "WIRE_TAGS"
 
 _REGISTRY: dict[str, type["Codec"]] = {}
 
@@ -114,9 +112,13 @@ def register_codec(cls: type["Codec"]) -> type["Codec"]:
     if owner is not None and owner is not cls:
         raise ValueError(f"codec id {cls.codec_id!r} of {cls.__name__} already used by "
                          f"{owner.__name__}")
-    if issubclass(cls, WireCodec) and cls.codec_id not in WIRE_TAGS:
-        raise ValueError(f"codec {cls.codec_id!r} has a wire format but no tag: add it to "
-                         f"zipcoll.codecs.base.WIRE_TAGS")
+    if issubclass(cls, WireCodec):
+        tag = WIRE_TAGS.get(cls.codec_id)
+        if tag is None:
+            raise ValueError(f"codec {cls.codec_id!r} has a wire format but no tag: add it to "
+                             f"zipcoll.codecs.base.WIRE_TAGS")
+        if not 0 <= tag < 256 or list(WIRE_TAGS.values()).count(tag) > 1:
+            raise ValueError(f"wire tag {tag} of codec {cls.codec_id!r} is not one unique byte")
     _REGISTRY[cls.codec_id] = cls
     return cls
 
@@ -332,8 +334,8 @@ class WireCodec(Codec):
         p = self._as(bk, payload)
         h = read_header(p, bk)
         if h.tag != self.wire_tag:
-            raise ValueError(f"payload of codec {_IDS_BY_TAG.get(h.tag, h.tag)!r} given to "
-                             f"{self.codec_id!r}")
+            owner = next((i for i, tag in WIRE_TAGS.items() if tag == h.tag), h.tag)
+            raise ValueError(f"payload of codec {owner!r} given to {self.codec_id!r}")
         expected = self._payload_bytes(h)
         if p.size != expected:
             raise ValueError(f"{self.codec_id} payload of {p.size} bytes, header says {expected}")
