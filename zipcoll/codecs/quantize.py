@@ -84,6 +84,7 @@ class BlockQuantizer(WireCodec):
         bk, x = backend_of(x)
         check_float_array(x, f"{self.codec_id}.encode")
         residual = self._as(bk, residual)
+        check_float_array(residual, f"{self.codec_id}.encode_with_residual")
         if residual.shape != x.shape or residual.dtype != x.dtype:
             raise ValueError(f"residual of {residual.shape} {residual.dtype} for an input of "
                              f"{x.shape} {x.dtype}")
