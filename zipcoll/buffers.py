@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll.codecs.backend import cupy
 from zipcoll.errors import MissingDependencyError
 
 HOST = "host"
@@ -59,11 +60,6 @@ def import_optional(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(module, extra) from exc
-
-
-def cupy():
-    """The CuPy module (the [cuda12] or [cuda13] extra)."""
-    return import_optional("cupy", "cuda12")
 
 
 def is_buffer_spec(obj: Any) -> bool:
