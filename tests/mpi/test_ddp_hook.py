@@ -6,9 +6,14 @@ lossless codec the trained parameters match DDP's own all-reduce within float ro
 error-feedback keys follow the parameters through DDP's bucket rebuild.
 """
 
+import os
+
 import numpy as np
 import pytest
 
+# Before torch loads OpenMP (if nothing in this process has yet): spinning idle OpenMP
+# threads take the core a waiting MPI peer needs when ranks outnumber cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = pytest.importorskip("torch")
 
 import torch.distributed as dist  # noqa: E402
