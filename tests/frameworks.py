@@ -8,7 +8,6 @@ path runs without a GPU.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -62,11 +61,3 @@ MUTABLE = [f for f in FRAMEWORKS if f.mutable]
 
 def framework_params(frameworks=FRAMEWORKS) -> list:
     return [pytest.param(f, id=f.name) for f in frameworks]
-
-
-def installed(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True

@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 from arrays import KINDS, DLPackOnly, FakeCUDA, view
-from frameworks import FRAMEWORKS, framework_params
+from frameworks import framework_params
 from zipcoll import buffers
 from zipcoll.buffers import HOST, as_array, empty_like, result_like
 from zipcoll.errors import MissingDependencyError

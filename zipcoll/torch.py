@@ -52,7 +52,6 @@ class HookState:
     topology: Topology | None = None
     hook_id: int = field(default_factory=lambda: next(_hooks))
     keys: dict[int, Hashable] = field(default_factory=dict)  # bucket index -> key in use
-    calls: int = 0  # buckets all-reduced so far
 
     def key_for(self, bucket: dist.GradBucket) -> Hashable:
         """The bucket's feedback key: its parameters, by identity and in order.
@@ -108,7 +107,6 @@ def allreduce_hook(state: HookState,
     key = state.key_for(bucket) if state.error_feedback else None
     allreduce(MPI.IN_PLACE, grad, op="mean", comm=state.comm, algorithm=state.algorithm,
               codec=state.codec, key=key, topology=state.topology)
-    state.calls += 1
     done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     done.set_result(grad)
     return done

@@ -90,7 +90,7 @@ def step_time_report(data: dict, path: Path) -> str:
     baseline = next(step for name, step, _, _ in split if name.startswith("DDP"))
     compute = split[0][1]
     a = meta["args"]
-    lines = [f"# Training step time: DDP's own all-reduce against zipcoll's hook", "",
+    lines = ["# Training step time: DDP's own all-reduce against zipcoll's hook", "",
              f"{meta['ranks']} ranks, MLP of {meta['parameters'] / 1e6:.1f} M parameters "
              f"({4 * meta['parameters'] / 1e6:.0f} MB of float32 gradients), batch {a['batch']} "
              f"a rank, SGD with momentum, torch {meta['torch']} with {meta['torch_threads']} "

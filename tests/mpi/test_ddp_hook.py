@@ -30,10 +30,9 @@ BUCKET_MB = 0.001  # several buckets for this small model, once DDP has rebuilt 
 
 
 @pytest.fixture(scope="module", autouse=True)
-def process_group(comm=None):
-    from mpi4py import MPI
-
-    ztorch.init_process_group(MPI.COMM_WORLD)
+def process_group():
+    """gloo over MPI's ranks, once for this module (DDP needs it to set up)."""
+    ztorch.init_process_group()
     yield
     dist.destroy_process_group()
 

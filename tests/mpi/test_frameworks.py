@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import zipcoll
 from arrays import all_rank_data, differing_across_ranks, expected, mismatch, rank_data
-from frameworks import FRAMEWORKS, MUTABLE, framework_params
+from frameworks import MUTABLE, framework_params
 
 pytestmark = pytest.mark.mpi
 
