@@ -12,11 +12,9 @@ parameters, 100 MB of float32 gradients, batch 32 a rank, SGD with momentum, CPU
 Each is the slowest rank's median over --steps steps after --warmup. Run on the emulated
 cluster, 2 nodes x 1 rank at 1 Gbit/s (as root; see benchmarks/cluster/README.md):
 
-    export PATH=$PWD/.venv/bin:$PATH ZC_PREFIX=zctr ZC_SUBNET=198.18.9
-    C=benchmarks/cluster/cluster.sh
-    flock /tmp/zipcoll-heavy.lock bash -c "$C up 2 --rate 1gbit && $C run -n 2 --ranks-per-node 1 \\
-        -x OMP_WAIT_POLICY=PASSIVE -x GLOO_SOCKET_IFNAME=zctr0 -x MASTER_ADDR=198.18.9.1 -- \\
-        python benchmarks/train/step_time.py --out benchmarks/results/train/step_time.json; $C down"
+    export PATH=$PWD/.venv/bin:$PATH
+    flock /tmp/zipcoll-heavy.lock bash benchmarks/train/step_time_cluster.sh \\
+        --out benchmarks/results/train/step_time.json
 """
 import argparse
 import json
