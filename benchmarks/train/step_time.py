@@ -37,6 +37,14 @@ CONFIGS = {
     "zipcoll int8": {"codec": "int8", "algorithm": "ring", "error_feedback": False},
     "zipcoll sign+EF": {"codec": "sign", "algorithm": "allgather"},
     "zipcoll topk1%+EF": {"codec": "topk:ratio=0.01", "algorithm": "allgather"},
+    # the two-level schedule runs the inter-node level in pipelined 2 MiB slices, so one
+    # slice encodes while another is on the wire (one rank a node: just that level)
+    "zipcoll lossless (hierarchical)": {"codec": None, "algorithm": "hierarchical"},
+    "zipcoll int8 (hierarchical)": {"codec": "int8", "algorithm": "hierarchical",
+                                   "error_feedback": False},
+    "zipcoll sign+EF (hierarchical)": {"codec": "sign", "algorithm": "hierarchical"},
+    "zipcoll topk1%+EF (hierarchical)": {"codec": "topk:ratio=0.01",
+                                        "algorithm": "hierarchical:allgather"},
 }
 
 
@@ -127,7 +135,7 @@ def report(comm, row: dict, compute: float, params: int) -> None:
         return
     step = compute if row["config"].startswith("compute") else statistics.median(row["step"])
     hook = row.get("in_hook_per_step")
-    print(f"{row['config']:24s} step {1e3 * step:8.1f} ms  compute {1e3 * compute:7.1f} ms  "
+    print(f"{row['config']:34s} step {1e3 * step:8.1f} ms  compute {1e3 * compute:7.1f} ms  "
           f"communication {1e3 * (step - compute):8.1f} ms"
           + (f"  (in hook {1e3 * hook:7.1f} ms)" if hook is not None else "")
           + f"  [{params / 1e6:.1f} M parameters]", flush=True)
