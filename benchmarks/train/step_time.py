@@ -98,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
 
     comm = MPI.COMM_WORLD
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.Get_size()))
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // comm.Get_size()))
     ztorch.init_process_group(comm)
     net = make_model(args.width)
     params = sum(p.numel() for p in net.parameters())
@@ -125,7 +125,8 @@ def main() -> None:
     if comm.rank == 0:
         meta = {"command": "python " + " ".join(os.sys.argv), "ranks": comm.size,
                 "args": vars(args), "parameters": params, "torch": torch.__version__,
-                "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg()}
+                "torch_threads": torch.get_num_threads(),
+                "load_average": os.getloadavg()}
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
