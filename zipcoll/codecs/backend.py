@@ -154,18 +154,6 @@ def share_machine_cores(identities: list[str], rank: int) -> int:
     return _use_threads(threads_for(identities, rank))
 
 
-def share_cores(ranks_on_node: int) -> int:
-    """Share this process's cores among ``ranks_on_node`` ranks (all of them on its cores).
-
-    Superseded by ``share_machine_cores``, which also counts ranks of other nodes that
-    run on this machine's cores. Returns the thread count now in force.
-    """
-    import os
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return _use_threads(max(1, (cores or 1) // max(1, ranks_on_node)))
-
-
 def _use_threads(threads: int) -> int:
     """Use ``threads`` kernel threads (at most Numba's pool) unless NUMBA_NUM_THREADS is set."""
     import os
