@@ -1,4 +1,5 @@
 """CPU kernels: the rules of ``rules.py`` in ``numba.njit`` loops, parallel over blocks."""
+import ctypes
 import functools
 import math
 
@@ -69,8 +70,20 @@ def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, se
     feedback = r is not None
     kernel = _encoder(bits, kind, bool(stochastic), feedback, x.size >= PARALLEL_MIN)
     if not feedback:
-        r, rb = x, xb  # not read
+        r = np.empty(0, x.dtype)  # not read
+        rb = r.view(xb.dtype)
+        # numba types a read-only array (a JAX array's memory) without setitem, which the
+        # feedback branch of the shared rule has: a writable alias, never written here
+        x, xb = _writable(x), _writable(xb)
     kernel(x, xb, r, rb, codes, scales, block, levels, seed)
+
+
+def _writable(a):
+    """`a` itself if writable, else a writable view of the same memory (no copy)."""
+    if a.flags.writeable or a.size == 0:
+        return a
+    raw = (ctypes.c_char * a.nbytes).from_address(a.ctypes.data)
+    return np.frombuffer(raw, a.dtype)
 
 
 def block_decode(codes, scales, out, block, bits, accumulate):
