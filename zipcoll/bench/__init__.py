@@ -14,6 +14,7 @@ COMMANDS = {
     "allreduce": "zipcoll.bench.allreduce_bench",
     "codecs": "zipcoll.bench.codec_bench",
     "plot": "zipcoll.bench.plot",
+    "calibrate": "zipcoll.bench.calibrate",
 }
 
 
