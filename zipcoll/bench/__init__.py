@@ -15,6 +15,7 @@ COMMANDS = {
     "codecs": "zipcoll.bench.codec_bench",
     "plot": "zipcoll.bench.plot",
     "calibrate": "zipcoll.bench.calibrate",
+    "simulate": "zipcoll.bench.simulate",
 }
 
 

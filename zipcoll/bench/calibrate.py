@@ -62,20 +62,20 @@ def ring_step(comm: MPI.Comm, ring: list[int], nbytes: int, iterations: int) -> 
 
 
 def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
-    """(intercept, slope) of seconds = intercept + slope * size, least squares, both >= 0.
+    """(alpha, beta) of seconds = alpha + beta * size, robust to one noisy point.
 
-    Relative errors are minimised (each point weighted by 1/seconds), so the small sizes
-    that set alpha count as much as the large ones that set beta.
+    beta: least squares over the sizes from 1 MiB up (the two largest if fewer), where
+    bandwidth dominates; alpha: the least, over the sizes up to 16 KiB, of what beta does
+    not explain (noise only ever adds time to a small message). Both >= 0.
     """
     x, y = np.asarray(sizes, float), np.asarray(seconds, float)
-    w = 1.0 / y
-    design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-    (intercept, slope), *_ = np.linalg.lstsq(design, y * w, rcond=None)
-    if slope <= 0:
-        slope = (y[-1] - y[0]) / max(x[-1] - x[0], 1)
-    if intercept < 0:
-        intercept = float(y[0] - slope * x[0]) if y[0] > slope * x[0] else 0.0
-    return max(float(intercept), 0.0), max(float(slope), 1e-15)
+    large = x >= (1 << 20) if np.count_nonzero(x >= (1 << 20)) >= 2 else x >= np.sort(x)[-2]
+    beta = float(np.polyfit(x[large], y[large], 1)[0])
+    if beta <= 0:
+        beta = float(y[large].max() / x[large].max())
+    small = x <= (1 << 14) if np.any(x <= (1 << 14)) else x == x.min()
+    alpha = float(np.min(y[small] - beta * x[small]))
+    return max(alpha, 0.0), max(beta, 1e-15)
 
 
 def measure_link(comm: MPI.Comm, ring: list[int], sizes: list[int], iterations: int,

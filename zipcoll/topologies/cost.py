@@ -280,8 +280,12 @@ class Span:
 
     @property
     def ring_link(self) -> Link:
-        """A ring step goes at its slowest hop: across nodes if there are several."""
-        return self.inter if self.size > self.per_node else self.intra
+        """A ring step goes at its slowest hop: a ring over several nodes has both kinds."""
+        if self.size <= self.per_node:
+            return self.intra
+        if self.per_node == 1:
+            return self.inter
+        return Link(max(self.intra.alpha, self.inter.alpha), max(self.intra.beta, self.inter.beta))
 
     def pair_link(self, distance: int) -> Link:
         """The link of an exchange between ranks ``distance`` apart (recursive halving/doubling).
@@ -678,3 +682,46 @@ def rank_plans(nbytes: int, topology: Any, profile: Profile | None = None, codec
     ranked = [(predict(plan, nbytes, topology, profile, dtype), plan)
               for plan in candidate_plans(topology, codec, dtype, op)]
     return sorted(ranked, key=lambda item: (item[0], tuple(str(x) for x in item[1])))
+
+
+# --------------------------------------------------------------------------- choosing
+
+def size_bucket(nbytes: int) -> int:
+    """The bucket of a message size: sizes in [2^(k-1), 2^k) share bucket k."""
+    return int(nbytes).bit_length()
+
+
+def bucket_size(bucket: int) -> int:
+    """The size a bucket is priced at: its geometric middle, so no call's size decides."""
+    return 0 if bucket == 0 else int(2 ** (bucket - 0.5))
+
+
+class Selector:
+    """``algorithm="auto"``'s decisions for one communicator, priced once per bucket.
+
+    The cache key is (size bucket, dtype, op is SUM, codec spec, topology shape); each
+    bucket is priced at its middle size, so the decision depends only on the key and the
+    profile, never on which sizes came first. Give every rank the same profile
+    (``zipcoll.topologies.explain.shared_profile``) and every rank decides alike.
+    """
+
+    def __init__(self, profile: Profile):
+        self.profile = profile
+        self._decided: dict[tuple, PlanShape] = {}
+
+    def choose(self, nbytes: int, topology: Any, codec: Any = None, dtype: str = "float32",
+               op: str = "sum") -> PlanShape:
+        """The cheapest plan for a message of ``nbytes`` (cached per bucket)."""
+        shape = Shape.of(topology)
+        key = (size_bucket(nbytes), np.dtype(dtype).name, op == "sum", codec_spec(codec), shape)
+        plan = self._decided.get(key)
+        if plan is None:
+            plan = choose(bucket_size(key[0]), shape, key[3], self.profile, key[1], op)
+            self._decided[key] = plan
+        return plan
+
+
+def choose(nbytes: int, topology: Any, codec: Any = None, profile: Profile | None = None,
+           dtype: str = "float32", op: str = "sum") -> PlanShape:
+    """The plan ``rank_plans`` puts first (uncached; see ``Selector`` for the cached form)."""
+    return rank_plans(nbytes, topology, profile, codec, dtype, op)[0][1]
