@@ -90,12 +90,14 @@ def test_twophase_one_node():
     assert cost.twophase(N, ONE_NODE, WORK, INT8) == pytest.approx(moves + codec)
 
 
-def test_hierarchical_two_slices_overlap():
+def test_hierarchical_slices_pipeline():
     n = 4 << 20  # 2 slices of 2 MiB
     s = n / 2
     a = 2 * (1e-6 + s / 2 * 1e-9) + s / 2 * 1e-9  # ring over the node's 2 ranks
     b = 2 * (10e-6 + s / 4 * 2e-8) + s / 4 * 1e-9  # ring over 2 nodes on s/2, both rails share
-    expected = 2e-5 + a + b + max(a, b)  # + the agreement check (native at 64 B)
+    # once full, the pipeline goes at its busiest resource: a link's bytes, or the CPU
+    busiest = max(2 * s / 2 * 1e-9, 2 * s / 4 * 2e-8, s / 2 * 1e-9 + s / 4 * 1e-9)
+    expected = 2e-5 + a + b + busiest  # + the agreement check (native at 64 B)
     plan = PlanShape("hierarchical", "ring")
     assert cost.predict(plan, n, Topology.from_layout(4, 0, ranks_per_node=2), ROUND) == pytest.approx(expected)
 

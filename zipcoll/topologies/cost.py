@@ -304,13 +304,14 @@ class Work:
     itemsize: int
     dtype: str
     step: float  # per-step overhead (0 for the MPI library's own C loops)
+    links: str = "as measured"  # or "bandwidth" (no latency), "free": for pipelining bounds
 
     def hop(self, link: Link, nbytes: float) -> float:
         """One step that sends ``nbytes`` over ``link``."""
         return link.time(nbytes) + self.step
 
     def reduce(self, nbytes: float) -> float:
-        return self.profile.reduce.time(nbytes)
+        return self.profile.reduce.time(nbytes)  # an infinitely fast Rate gives 0
 
     def wire(self, codec: Codec | None, nbytes: float) -> float:
         """Bytes on the wire for ``nbytes`` of input."""
@@ -566,20 +567,57 @@ def two_level(n: float, rows: Span, columns: Span, inner: str, work: Work,
               intra_codec: Codec | None, inter_codec: Codec | None) -> float:
     """Level-1 ring reduce-scatter, ``inner`` on 1/L of the data across, level-1 ring allgather.
 
-    zipcoll runs it in S slices (dispatch.SLICE_BYTES), several in flight, so one slice's
-    level 1 overlaps another's level 2: with a = level 1 and b = level 2 of one slice,
-        S slices: a + b + (S - 1) max(a, b)        (inner "native": one slice at a time, S (a + b))
+    zipcoll runs it in S slices (dispatch.SLICE_BYTES), several in flight: while one slice
+    waits on a link, others reduce, encode or use the other link. With a = level 1 and
+    b = level 2 of one slice, each split into what keeps a link busy (its bytes) and what
+    keeps the CPU busy (reductions, codecs, steps), the pipeline runs at its busiest
+    resource once full:
+        S slices: a + b + (S - 1) max(a_link, b_link, a_cpu + b_cpu)
+        inner "native" (MPI collectives match by order: one slice at a time): S (a + b)
     Every rank of a node runs level 2 at once: ``columns`` carries that sharing.
     """
     from zipcoll.collectives.dispatch import _slice_count  # lazy: dispatch -> plan -> select -> here
 
     slices = _slice_count(int(n))
     s = n / slices
-    a = ring(s, rows, work, intra_codec)
-    b = _flat(inner, s / rows.size, columns, work, inter_codec) if columns.size > 1 else 0.0
-    if inner == "native":
+
+    def levels(w: Work) -> tuple[float, float]:
+        a = ring(s, _spans_with(rows, w), w, intra_codec)
+        b = _flat(inner, s / rows.size, _spans_with(columns, w), w, inter_codec) if columns.size > 1 else 0.0
+        return a, b
+
+    a, b = levels(work)
+    if inner == "native" or slices == 1:
         return slices * (a + b)
-    return a + b + (slices - 1) * max(a, b)
+    a_link, b_link = levels(_links_only(work))
+    a_cpu, b_cpu = levels(_cpu_only(work))
+    return a + b + (slices - 1) * max(a_link, b_link, a_cpu + b_cpu)
+
+
+_FREE = Rate(float("inf"))
+_NO_LINK = Link(0.0, 0.0)
+
+
+def _links_only(work: Work) -> Work:
+    """``work`` with free computation and no latency: what only the links' bandwidth costs."""
+    free = CodecSpeed(_FREE, _FREE, _FREE)
+    profile = replace(work.profile, reduce=_FREE, codecs={k: free for k in DEFAULT_CODECS},
+                      intra=Link(0.0, work.profile.intra.beta), inter=Link(0.0, work.profile.inter.beta))
+    return replace(work, profile=profile, step=0.0, links="bandwidth")
+
+
+def _cpu_only(work: Work) -> Work:
+    """``work`` with free links: what only the computation and the steps cost."""
+    return replace(work, links="free")
+
+
+def _spans_with(span: Span, work: Work) -> Span:
+    """``span`` with its links as ``work`` prices them (free, bandwidth only, or as they are)."""
+    if work.links == "free":
+        return replace(span, intra=_NO_LINK, inter=_NO_LINK)
+    if work.links == "bandwidth":
+        return replace(span, intra=Link(0.0, span.intra.beta), inter=Link(0.0, span.inter.beta))
+    return span
 
 
 def _two_level_spans(kind: str, shape: Shape, profile: Profile) -> tuple[Span, Span]:
