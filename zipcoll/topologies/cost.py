@@ -93,23 +93,25 @@ def _speed(encode_gbs: float, decode_gbs: float, add_gbs: float, overhead: float
                       Rate(add_gbs * 1e9, overhead))
 
 
-# Codec throughputs (GB/s of input) at 64 MiB on this project's 2-core machine, quiet
-# (benchmarks/results/codecs-quiet.md); the per-call overhead is zipcoll-bench
-# calibrate's fit at 4 KiB-1 MiB on the same machine (benchmarks/results/calibrate/).
-DEFAULT_CODEC_OVERHEAD = 30e-6
+# Codec throughputs (GB/s of input): encode, decode, decode_add, as `zipcoll-bench
+# calibrate` measured them with 4 ranks at once on this project's 2-core machine
+# (benchmarks/results/calibrate/1x4-shm.json, 16 MiB, load ~6): what each rank gets when
+# all encode together. One process alone on a quiet machine gets 3-8x more
+# (benchmarks/results/codecs-quiet.md); calibrate on your own machine.
+DEFAULT_CODEC_OVERHEAD = 5e-6
 DEFAULT_CODECS = {
-    "none": _speed(6.67, 7.43, 8.00, DEFAULT_CODEC_OVERHEAD),
-    "fp16": _speed(8.09, 9.89, 9.35, DEFAULT_CODEC_OVERHEAD),
-    "bf16": _speed(12.66, 16.45, 21.85, DEFAULT_CODEC_OVERHEAD),
-    "int8": _speed(5.80, 21.87, 20.87, DEFAULT_CODEC_OVERHEAD),
-    "int4": _speed(5.45, 19.09, 16.57, DEFAULT_CODEC_OVERHEAD),
-    "int2": _speed(5.72, 19.10, 14.48, DEFAULT_CODEC_OVERHEAD),
-    "qsgd": _speed(1.84, 17.72, 15.27, DEFAULT_CODEC_OVERHEAD),
-    "terngrad": _speed(3.10, 18.58, 14.97, DEFAULT_CODEC_OVERHEAD),
-    "sign": _speed(4.17, 24.92, 18.49, DEFAULT_CODEC_OVERHEAD),
-    "topk": _speed(0.77, 7.83, 65.93, DEFAULT_CODEC_OVERHEAD),
-    "randomk": _speed(5.83, 5.74, 5.92, DEFAULT_CODEC_OVERHEAD),
-    "threshold": _speed(1.43, 7.67, 52.59, DEFAULT_CODEC_OVERHEAD),
+    "none": _speed(0.98, 0.97, 1.52, DEFAULT_CODEC_OVERHEAD),
+    "fp16": _speed(0.94, 1.63, 1.13, DEFAULT_CODEC_OVERHEAD),
+    "bf16": _speed(1.69, 8.73, 11.47, DEFAULT_CODEC_OVERHEAD),
+    "int8": _speed(1.12, 2.93, 13.80, DEFAULT_CODEC_OVERHEAD),
+    "int4": _speed(0.86, 8.12, 10.37, DEFAULT_CODEC_OVERHEAD),
+    "int2": _speed(1.07, 1.61, 3.26, DEFAULT_CODEC_OVERHEAD),
+    "qsgd": _speed(0.33, 2.46, 9.20, DEFAULT_CODEC_OVERHEAD),
+    "terngrad": _speed(0.74, 2.03, 2.35, DEFAULT_CODEC_OVERHEAD),
+    "sign": _speed(0.79, 7.30, 9.07, DEFAULT_CODEC_OVERHEAD),
+    "topk": _speed(0.34, 7.88, 73.00, DEFAULT_CODEC_OVERHEAD),
+    "randomk": _speed(1.60, 2.13, 18.78, DEFAULT_CODEC_OVERHEAD),
+    "threshold": _speed(0.53, 7.32, 72.30, DEFAULT_CODEC_OVERHEAD),
 }
 
 
@@ -167,17 +169,17 @@ def _base_id(codec: Codec) -> str:
     return _base_id(inner) if isinstance(inner, Codec) else codec.codec_id
 
 
-# Defaults: the shared-memory figures are a `zipcoll-bench calibrate` run on one node of
-# this project's 2-core machine (benchmarks/results/calibrate/1x4-shm.json); the network
-# is 10 Gbit/s Ethernet as the emulated cluster has it: 9.3 Gbit/s of TCP goodput
-# (benchmarks/cluster/README.md) and a TCP round trip between namespaces
-# (benchmarks/results/calibrate/2x2-10gbit.json).
+# Defaults, for a job that was not calibrated. Inside a node: the same 1x4 calibration
+# (ring steps: 24 us + 1/1.68 GB/s; numpy add 9.5 GB/s; zipcoll 16 us a step, 250 us a
+# call). Between nodes: 10 Gbit/s Ethernet with TCP: 9.3 Gbit/s of goodput (the emulated
+# cluster's 10 Gbit/s link, benchmarks/cluster/README.md) and 50 us a message (ring steps
+# between namespaces, benchmarks/results/calibrate/4x1-1gbit.json: 45-60 us).
 DEFAULT_PROFILE = Profile(
-    intra=Link(alpha=5e-6, beta=1 / 3.0e9),
+    intra=Link(alpha=24e-6, beta=1 / 1.68e9),
     inter=Link(alpha=50e-6, beta=1 / 1.16e9),
-    reduce=Rate(bytes_per_s=2.0e9),
-    step_overhead=40e-6,
-    call_overhead=150e-6,
+    reduce=Rate(bytes_per_s=9.5e9),
+    step_overhead=16e-6,
+    call_overhead=250e-6,
     codecs=DEFAULT_CODECS,
     source="defaults (zipcoll.topologies.cost.DEFAULT_PROFILE)",
 )

@@ -6,7 +6,7 @@ For each layout, the profile calibrated on it (this folder) prices the combos th
 measured (benchmarks/results/<layout>/raw/*.json), at each size the suite measured them
 all; the model's pick among them is compared with the measured best: "pick / best" is the
 measured time of the model's pick over the measured best time. Lossless: native, ring,
-rabenseifner, hierarchical; with a codec: every combo. The suite and the calibration ran
+rabenseifner, hierarchical; with a codec: those and the combos that use it. The suite and the calibration ran
 at different times on a shared machine, so this is an offline preview, not the sweep
 issue 13 asks for (that one runs `auto` itself).
 """
@@ -46,6 +46,15 @@ def measured(layout: str) -> dict:
     return times
 
 
+def pick_ratio(times: dict, allowed: list, shape: Shape, profile, size: int) -> tuple[str, float]:
+    """(the model's pick, its measured time / the measured best) among ``allowed`` combos."""
+    def plan(combo):
+        algorithm, _, codec = combo.partition("+")
+        return plan_of(algorithm, codec or None)
+    pick = min(allowed, key=lambda c: predict(plan(c), size, shape, profile))
+    return pick, times[pick] / min(times[c] for c in allowed)
+
+
 def main() -> int:
     print("# Cost model against the committed suites\n")
     print(__doc__.split("\n\n", 2)[2].strip() + "\n")
@@ -53,23 +62,24 @@ def main() -> int:
     for layout, shape in LAYOUTS.items():
         profile = load_profile(str(HERE / f"{layout}.json"))
         times = measured(layout)
-        combos = set.intersection(*(set(v) for v in times.values()))
-        print(f"## {layout}\n\n| size | set | measured best | model's pick | pick / best |")
-        print("|---|---|---|---|---|")
+        combos = sorted(set.intersection(*(set(v) for v in times.values())))
+        lossless = [c for c in combos if "+" not in c]
+        codecs = sorted({c.partition("+")[2] for c in combos if "+" in c})
+        print(f"## {layout} (profile: {profile.source})\n")
+        print("Each cell: the model's pick among the lossless combos (and, for a codec, the combos "
+              "with it), its measured time / the measured best of that set.\n")
+        print("| size | lossless | " + " | ".join(codecs) + " |")
+        print("|---|---|" + "---|" * len(codecs))
+        worst = {}
         for size in sorted(times):
-            for label, allowed in (("lossless", [c for c in combos if c.split("+")[0] in LOSSLESS and "+" not in c]),
-                                   ("any codec", sorted(combos))):
-                measured_row = {c: times[size][c] for c in allowed}
-                def plan(c):
-                    algorithm, _, codec = c.partition("+")
-                    return plan_of(algorithm, codec or None)
-                predicted = {c: predict(plan(c), size, shape, profile) for c in allowed}
-                best = min(measured_row, key=measured_row.get)
-                pick = min(predicted, key=predicted.get)
-                ratio = measured_row[pick] / measured_row[best]
-                print(f"| {size >> 10} KiB | {label} | {best} {measured_row[best] * 1e3:.2f} ms | "
-                      f"{pick} {measured_row[pick] * 1e3:.2f} ms | {ratio:.2f} |")
-        print()
+            cells = []
+            for label in ["lossless"] + codecs:
+                allowed = lossless + [c for c in combos if label != "lossless" and c.endswith("+" + label)]
+                pick, ratio = pick_ratio(times[size], allowed, shape, profile, size)
+                worst[label] = max(worst.get(label, 0), ratio)
+                cells.append(f"{pick} {ratio:.2f}")
+            print(f"| {size >> 10} KiB | " + " | ".join(cells) + " |")
+        print("| worst | " + " | ".join(f"{worst[k]:.2f}" for k in ["lossless"] + codecs) + " |\n")
     return 0
 
 
