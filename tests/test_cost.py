@@ -266,3 +266,16 @@ def test_simulator_against_shi_with_host_staged_pcie():
     for name, params, batch, single, published in sim.SHI:
         rows = sim.simulate(params, 32, "ib100", batch / single, None, 4, "pcie-host")
         assert abs(rows["baseline (NCCL ring)"].efficiency - published / (32 * single)) < 0.15, name
+
+
+def test_calibration_fit_recovers_a_line_and_ignores_a_slow_small_message():
+    from zipcoll.bench.calibrate import fit_line, two_point_rate
+
+    sizes = [8, 1 << 10, 1 << 14, 1 << 20, 1 << 22, 1 << 24]
+    line = [20e-6 + n * 1e-9 for n in sizes]
+    assert fit_line(sizes, line) == pytest.approx((20e-6, 1e-9))
+    noisy = list(line)
+    noisy[0] = 700e-6  # one small message that waited on something else
+    assert fit_line(sizes, noisy) == pytest.approx((20e-6, 1e-9))
+    rate = two_point_rate((1000, 11000), [2e-6, 12e-6])  # 1 ns/byte + 1 us
+    assert (rate.bytes_per_s, rate.overhead) == pytest.approx((1e9, 1e-6))
