@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 
@@ -29,6 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from zipcoll.bench.codec_bench import measure, timed
+from zipcoll.bench.timing import time_per_call
 from zipcoll.topologies import Topology
 from zipcoll.topologies.cost import DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile, Rate
 
@@ -47,8 +49,6 @@ def ring_step(comm: MPI.Comm, ring: list[int], nbytes: int, iterations: int) -> 
     in its ring only waits at the barriers.
     """
     from zipcoll.transport import Transport
-    from zipcoll.bench.timing import time_per_call
-
     t = Transport(comm)
     out, into = np.ones(max(nbytes, 1), np.uint8), np.empty(max(nbytes, 1), np.uint8)
     me = ring.index(comm.rank)
@@ -58,7 +58,17 @@ def ring_step(comm: MPI.Comm, ring: list[int], nbytes: int, iterations: int) -> 
         if len(ring) > 1:
             MPI.Request.Waitall(t.exchange(out, right, into, left, 7))
 
-    return slowest(comm, time_per_call(step, iterations, 2, comm) if len(ring) > 1 else 0.0)
+    return slowest(comm, typical_call(step, iterations, 2, comm) if len(ring) > 1 else 0.0)
+
+
+def typical_call(call, iterations: int, warmup: int, comm: MPI.Comm) -> float:
+    """This rank's median seconds per call, each timed OSU's way (a barrier before it).
+
+    The median, not OSU's mean: on a shared machine one call in ten can take 10x longer,
+    and a profile should describe the machine, not the moment a neighbour's job ran.
+    """
+    time_per_call(call, 0, warmup, comm)
+    return statistics.median(time_per_call(call, 1, 0, comm) for _ in range(max(iterations, 1)))
 
 
 def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
@@ -133,8 +143,6 @@ def measure_codec(comm: MPI.Comm, spec: str, iterations: int) -> CodecSpeed:
 
 def measure_native(comm: MPI.Comm, sizes: list[int], iterations: int) -> list[tuple[int, float]]:
     """The MPI library's own Allreduce (float32 SUM), OSU-timed, slowest rank's average."""
-    from zipcoll.bench.timing import time_per_call
-
     points = []
     warm = np.ones(2, np.float32)
     for _ in range(20):  # the first calls set up connections and buffers
@@ -143,7 +151,7 @@ def measure_native(comm: MPI.Comm, sizes: list[int], iterations: int) -> list[tu
         send = np.ones(max(nbytes // 4, 2), np.float32)
         recv = np.zeros_like(send)
         runs = iterations if nbytes < (1 << 20) else max(3, iterations // 4)
-        seconds = time_per_call(lambda: comm.Allreduce(send, recv, MPI.SUM), runs, 2, comm)
+        seconds = typical_call(lambda: comm.Allreduce(send, recv, MPI.SUM), runs, 2, comm)
         points.append((send.nbytes, slowest(comm, seconds)))
     return points
 
@@ -156,7 +164,6 @@ def measure_overheads(comm: MPI.Comm, link: Link, iterations: int) -> tuple[floa
     (a small native Allreduce, subtracted here: the model adds it itself).
     """
     import zipcoll
-    from zipcoll.bench.timing import time_per_call
     from zipcoll.collectives.ops import BY_NAME
     from zipcoll.collectives.ring import ring_allreduce
     from zipcoll.collectives.schedule import run
@@ -168,11 +175,11 @@ def measure_overheads(comm: MPI.Comm, link: Link, iterations: int) -> tuple[floa
     t = Transport(comm.Dup())
     buf = np.ones(2, np.float32)
     try:
-        direct = slowest(comm, time_per_call(
+        direct = slowest(comm, typical_call(
             lambda: run(ring_allreduce(t, buf, BY_NAME["sum"], t.next_tag())), iterations, 5, comm))
     finally:
         t.comm.Free()
-    whole = slowest(comm, time_per_call(
+    whole = slowest(comm, typical_call(
         lambda: zipcoll.allreduce(buf, algorithm="ring", comm=comm), iterations, 5, comm))
     agree = measure_native(comm, [64], iterations)[0][1]
     step = max(direct / (2 * (p - 1)) - link.alpha, 0.0)

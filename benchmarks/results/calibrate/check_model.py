@@ -10,7 +10,6 @@ rabenseifner, hierarchical; with a codec: those and the combos that use it. The 
 at different times on a shared machine, so this is an offline preview, not the sweep
 issue 13 asks for (that one runs `auto` itself).
 """
-import glob
 import json
 import sys
 from collections import defaultdict
@@ -32,15 +31,21 @@ def plan_of(algorithm: str, codec: str | None) -> PlanShape:
 
 
 def measured(layout: str) -> dict:
-    """{size: {combo: seconds}}, native as its own combo (median over runs at that size)."""
+    """{size: {combo: seconds}}, native as its own combo (median over runs at that size).
+
+    Only the runs the suite lists (suite.json): raw/ also keeps files of earlier sweeps.
+    """
     times = defaultdict(dict)
     natives = defaultdict(list)
-    for path in glob.glob(str(RESULTS / layout / "raw" / "*.json")):
-        data = json.load(open(path))
-        combo = data["algorithm"] + (f"+{data['codec']}" if data.get("codec") else "")
-        for row in data["rows"]:
-            times[row["size"]][combo] = row["avg_us"] * 1e-6
-            natives[row["size"]].append(row["native_avg_us"] * 1e-6)
+    suite = json.load(open(RESULTS / layout / "suite.json"))
+    for combo in suite["combos"]:
+        for run in combo["runs"]:
+            path = RESULTS.parent.parent / run["json"]
+            if run.get("rc") != 0 or not path.exists():
+                continue
+            for row in json.load(open(path))["rows"]:
+                times[row["size"]][combo["combo"]] = row["avg_us"] * 1e-6
+                natives[row["size"]].append(row["native_avg_us"] * 1e-6)
     for size, values in natives.items():
         times[size]["native"] = sorted(values)[len(values) // 2]
     return times
