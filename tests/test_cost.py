@@ -279,3 +279,13 @@ def test_calibration_fit_recovers_a_line_and_ignores_a_slow_small_message():
     assert fit_line(sizes, noisy) == pytest.approx((20e-6, 1e-9))
     rate = two_point_rate((1000, 11000), [2e-6, 12e-6])  # 1 ns/byte + 1 us
     assert (rate.bytes_per_s, rate.overhead) == pytest.approx((1e9, 1e-6))
+
+
+def test_mean_counts_as_a_sum():
+    topo = Topology.from_layout(4, 0)
+    assert names(cost.candidate_plans(topo, op="mean")) == names(cost.candidate_plans(topo))
+    from mpi4py import MPI
+    assert names(cost.candidate_plans(topo, op=MPI.SUM)) == names(cost.candidate_plans(topo))
+    assert "twophase" not in names(cost.candidate_plans(topo, op=MPI.MAX))
+    assert names(cost.candidate_plans(topo, codec="int8", op="mean")) == names(
+        cost.candidate_plans(topo, codec="int8"))

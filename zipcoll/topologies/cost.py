@@ -688,7 +688,7 @@ def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
     shape = Shape.of(topology)
     if shape.size == 1:
         return [PlanShape("native")]
-    raw = op == "sum" and np.dtype(dtype).name in FLOAT_DTYPES
+    raw = _sums(op) and np.dtype(dtype).name in FLOAT_DTYPES
     lossless = list(LOSSLESS_FLAT) + (list(RAW_FLAT) if raw else [])
     plans = [PlanShape("native")] + [PlanShape(a) for a in lossless]
     inners = ["native"] + lossless
@@ -701,6 +701,15 @@ def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
         for kind in _two_level_kinds(shape):
             plans += [PlanShape(kind, a, None, spec) for a in accepting]
     return plans
+
+
+def _sums(op: Any) -> bool:
+    """Whether ``op`` is SUM or "mean": a name, a zipcoll ReduceOp, or MPI.SUM."""
+    from mpi4py import MPI
+
+    if isinstance(op, MPI.Op):
+        return op == MPI.SUM
+    return str(getattr(op, "name", op)).lower() in ("sum", "mean")
 
 
 def _two_level_kinds(shape: Shape) -> list[str]:
@@ -753,10 +762,11 @@ class Selector:
                op: str = "sum") -> PlanShape:
         """The cheapest plan for a message of ``nbytes`` (cached per bucket)."""
         shape = Shape.of(topology)
-        key = (size_bucket(nbytes), np.dtype(dtype).name, op == "sum", codec_spec(codec), shape)
+        key = (size_bucket(nbytes), np.dtype(dtype).name, _sums(op), codec_spec(codec), shape)
         plan = self._decided.get(key)
         if plan is None:
-            plan = choose(bucket_size(key[0]), shape, key[3], self.profile, key[1], op)
+            plan = choose(bucket_size(key[0]), shape, key[3], self.profile, key[1],
+                          "sum" if key[2] else "other")
             self._decided[key] = plan
         return plan
 
