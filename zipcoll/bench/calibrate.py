@@ -36,7 +36,7 @@ from zipcoll.topologies.cost import DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed,
 
 STEP_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 NATIVE_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
-CODEC_SIZES = (1 << 16, 1 << 24)  # the large one out of cache, as in a big all-reduce
+CODEC_SIZES = (1 << 12, 1 << 24)  # per-call overhead from the small, throughput out of cache
 CODECS = ["none", "fp16", "bf16", "int8", "int4", "int2", "qsgd", "terngrad", "sign",
           "topk:ratio=0.01", "randomk:ratio=0.01", "threshold:tau=2.5"]
 
@@ -75,15 +75,16 @@ def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
     """(alpha, beta) of seconds = alpha + beta * size, robust to one noisy point.
 
     beta: least squares over the sizes from 1 MiB up (the two largest if fewer), where
-    bandwidth dominates; alpha: the least, over the sizes up to 16 KiB, of what beta does
-    not explain (noise only ever adds time to a small message). Both >= 0.
+    bandwidth dominates; alpha: the least, over the sizes up to 1 KiB, of what beta does
+    not explain (noise only ever adds time to a small message; from about 16 KiB a shaped
+    link's burst lets a message beat the long-run rate). Both >= 0.
     """
     x, y = np.asarray(sizes, float), np.asarray(seconds, float)
     large = x >= (1 << 20) if np.count_nonzero(x >= (1 << 20)) >= 2 else x >= np.sort(x)[-2]
     beta = float(np.polyfit(x[large], y[large], 1)[0])
     if beta <= 0:
         beta = float(y[large].max() / x[large].max())
-    small = x <= (1 << 14) if np.any(x <= (1 << 14)) else x == x.min()
+    small = x <= (1 << 10) if np.any(x <= (1 << 10)) else x == x.min()
     alpha = float(np.min(y[small] - beta * x[small]))
     return max(alpha, 0.0), max(beta, 1e-15)
 
