@@ -95,23 +95,24 @@ def _speed(encode_gbs: float, decode_gbs: float, add_gbs: float, overhead: float
 
 # Codec throughputs (GB/s of input): encode, decode, decode_add, as `zipcoll-bench
 # calibrate` measured them with 4 ranks at once on this project's 2-core machine
-# (benchmarks/results/calibrate/1x4-shm.json, 16 MiB, load ~6): what each rank gets when
-# all encode together. One process alone on a quiet machine gets 3-8x more
-# (benchmarks/results/codecs-quiet.md); calibrate on your own machine.
-DEFAULT_CODEC_OVERHEAD = 5e-6
+# (benchmarks/results/calibrate/1x4-shm.json, 16 MiB): what each rank gets when all
+# encode together; repeat runs there differ 2-8x. A codec call inside a schedule costs
+# 137 us beyond its work there (ring + int8 against ring at 1 KiB); one process alone on
+# a quiet machine codes 3-10x faster (benchmarks/results/codecs-quiet.md). Calibrate.
+DEFAULT_CODEC_OVERHEAD = 137e-6
 DEFAULT_CODECS = {
-    "none": _speed(0.98, 0.97, 1.52, DEFAULT_CODEC_OVERHEAD),
-    "fp16": _speed(0.94, 1.63, 1.13, DEFAULT_CODEC_OVERHEAD),
-    "bf16": _speed(1.69, 8.73, 11.47, DEFAULT_CODEC_OVERHEAD),
-    "int8": _speed(1.12, 2.93, 13.80, DEFAULT_CODEC_OVERHEAD),
-    "int4": _speed(0.86, 8.12, 10.37, DEFAULT_CODEC_OVERHEAD),
-    "int2": _speed(1.07, 1.61, 3.26, DEFAULT_CODEC_OVERHEAD),
-    "qsgd": _speed(0.33, 2.46, 9.20, DEFAULT_CODEC_OVERHEAD),
-    "terngrad": _speed(0.74, 2.03, 2.35, DEFAULT_CODEC_OVERHEAD),
-    "sign": _speed(0.79, 7.30, 9.07, DEFAULT_CODEC_OVERHEAD),
-    "topk": _speed(0.34, 7.88, 73.00, DEFAULT_CODEC_OVERHEAD),
-    "randomk": _speed(1.60, 2.13, 18.78, DEFAULT_CODEC_OVERHEAD),
-    "threshold": _speed(0.53, 7.32, 72.30, DEFAULT_CODEC_OVERHEAD),
+    "none": _speed(0.91, 0.88, 8.94, DEFAULT_CODEC_OVERHEAD),
+    "fp16": _speed(0.60, 1.42, 0.90, DEFAULT_CODEC_OVERHEAD),
+    "bf16": _speed(1.40, 1.75, 12.20, DEFAULT_CODEC_OVERHEAD),
+    "int8": _speed(0.71, 1.54, 1.75, DEFAULT_CODEC_OVERHEAD),
+    "int4": _speed(0.61, 1.16, 3.59, DEFAULT_CODEC_OVERHEAD),
+    "int2": _speed(0.68, 0.93, 3.35, DEFAULT_CODEC_OVERHEAD),
+    "qsgd": _speed(0.22, 1.03, 1.44, DEFAULT_CODEC_OVERHEAD),
+    "terngrad": _speed(0.54, 0.82, 1.01, DEFAULT_CODEC_OVERHEAD),
+    "sign": _speed(0.79, 2.84, 8.87, DEFAULT_CODEC_OVERHEAD),
+    "topk": _speed(0.78, 13.08, 88.37, DEFAULT_CODEC_OVERHEAD),
+    "randomk": _speed(7.16, 5.48, 23.62, DEFAULT_CODEC_OVERHEAD),
+    "threshold": _speed(1.12, 14.36, 62.47, DEFAULT_CODEC_OVERHEAD),
 }
 
 
@@ -170,16 +171,16 @@ def _base_id(codec: Codec) -> str:
 
 
 # Defaults, for a job that was not calibrated. Inside a node: the same 1x4 calibration
-# (ring steps: 24 us + 1/1.68 GB/s; numpy add 9.5 GB/s; zipcoll 16 us a step, 250 us a
+# (ring steps: 24 us + 1/1.84 GB/s; numpy add 10.5 GB/s; zipcoll 13 us a step, 144 us a
 # call). Between nodes: 10 Gbit/s Ethernet with TCP: 9.3 Gbit/s of goodput (the emulated
-# cluster's 10 Gbit/s link, benchmarks/cluster/README.md) and 50 us a message (ring steps
-# between namespaces, benchmarks/results/calibrate/4x1-1gbit.json: 45-60 us).
+# cluster's 10 Gbit/s link, benchmarks/cluster/README.md) and 30 us a message (ring steps
+# of 8 B to 1 KiB between namespaces, benchmarks/results/calibrate/4x1-1gbit.json).
 DEFAULT_PROFILE = Profile(
-    intra=Link(alpha=24e-6, beta=1 / 1.68e9),
-    inter=Link(alpha=50e-6, beta=1 / 1.16e9),
-    reduce=Rate(bytes_per_s=9.5e9),
-    step_overhead=16e-6,
-    call_overhead=250e-6,
+    intra=Link(alpha=24e-6, beta=1 / 1.84e9),
+    inter=Link(alpha=30e-6, beta=1 / 1.16e9),
+    reduce=Rate(bytes_per_s=10.5e9),
+    step_overhead=13e-6,
+    call_overhead=144e-6,
     codecs=DEFAULT_CODECS,
     source="defaults (zipcoll.topologies.cost.DEFAULT_PROFILE)",
 )
