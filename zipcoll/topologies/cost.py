@@ -36,17 +36,41 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from zipcoll.codecs import Codec, get_codec
-from zipcoll.collectives.select import accepting_schedules
-from zipcoll.collectives.tree import SEGMENT_BYTES
 
 PROFILE_ENV = "ZIPCOLL_PROFILE"
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+# -------------------------------------------------- what the collectives offer, by name
+# The only place the model learns which schedules exist and what they take; the schedule
+# registry (issue 8) answers these three questions once it lands. Imports are lazy:
+# the collectives import this module to choose, and must not be imported back here first.
 
 #: schedules that run without a codec, for any predefined op
 LOSSLESS_FLAT = ("ring", "tree", "dbtree", "rabenseifner", "recdoubling")
 #: schedules that carry raw values through a codec ("none"): lossless for SUM of floats only
 RAW_FLAT = ("twophase", "allgather")
 TWO_LEVEL = ("hierarchical", "torus")
-FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+def accepting(codec: Codec) -> list[str]:
+    """The flat schedules that can carry ``codec`` (select.accepting_schedules's rule)."""
+    from zipcoll.collectives.select import accepting_schedules
+
+    return accepting_schedules(codec)
+
+
+def segment_bytes() -> int:
+    """A tree's pipeline segment (tree.SEGMENT_BYTES)."""
+    from zipcoll.collectives.tree import SEGMENT_BYTES
+
+    return SEGMENT_BYTES
+
+
+def slice_count(nbytes: int) -> int:
+    """How many slices a two-level call of ``nbytes`` runs in (dispatch._slice_count)."""
+    from zipcoll.collectives.dispatch import _slice_count
+
+    return _slice_count(nbytes)
 
 
 # ----------------------------------------------------------------------------- profile
@@ -408,8 +432,8 @@ def rabenseifner(n: float, span: Span, work: Work) -> float:
 
 
 def _segments(nbytes: float) -> tuple[int, float]:
-    """(count, bytes) of the pipeline segments of a tree (SEGMENT_BYTES each, as tree.py)."""
-    count = max(1, math.ceil(nbytes / SEGMENT_BYTES))
+    """(count, bytes) of the pipeline segments of a tree (segment_bytes() each, as tree.py)."""
+    count = max(1, math.ceil(nbytes / segment_bytes()))
     return count, nbytes / count
 
 
@@ -579,9 +603,7 @@ def two_level(n: float, rows: Span, columns: Span, inner: str, work: Work,
         inner "native" (MPI collectives match by order: one slice at a time): S (a + b)
     Every rank of a node runs level 2 at once: ``columns`` carries that sharing.
     """
-    from zipcoll.collectives.dispatch import _slice_count  # lazy: dispatch -> plan -> select -> here
-
-    slices = _slice_count(int(n))
+    slices = slice_count(int(n))
     s = n / slices
 
     def levels(w: Work) -> tuple[float, float]:
@@ -684,7 +706,7 @@ def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
 
     Raw-value schedules (twophase, allgather) are lossless only for SUM of floats; a codec
     goes flat or at the inter level (the intra level stays lossless, as ``auto`` does).
-    Which schedule carries which codec is ``select.accepting_schedules``'s rule.
+    Which schedule carries which codec is ``accepting``'s rule (the collectives').
     """
     shape = Shape.of(topology)
     if shape.size == 1:
@@ -697,10 +719,10 @@ def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
         plans += [PlanShape(kind, inner) for inner in inners]
     spec = codec_spec(codec)
     if spec is not None and raw and not get_codec(spec).lossless:
-        accepting = accepting_schedules(get_codec(spec))
-        plans += [PlanShape(a, None, None, spec) for a in accepting]
+        carriers = accepting(get_codec(spec))
+        plans += [PlanShape(a, None, None, spec) for a in carriers]
         for kind in _two_level_kinds(shape):
-            plans += [PlanShape(kind, a, None, spec) for a in accepting]
+            plans += [PlanShape(kind, a, None, spec) for a in carriers]
     return plans
 
 
