@@ -166,8 +166,6 @@ def measure_overheads(comm: MPI.Comm, link: Link, iterations: int) -> tuple[floa
     (a small native Allreduce, subtracted here: the model adds it itself).
     """
     import zipcoll
-    from zipcoll.collectives.ops import BY_NAME
-    from zipcoll.collectives.ring import ring_allreduce
     from zipcoll.collectives.schedule import run
     from zipcoll.transport import Transport
 
@@ -178,7 +176,7 @@ def measure_overheads(comm: MPI.Comm, link: Link, iterations: int) -> tuple[floa
     buf = np.ones(2, np.float32)
     try:
         direct = slowest(comm, typical_call(
-            lambda: run(ring_allreduce(t, buf, BY_NAME["sum"], t.next_tag())), iterations, 5, comm))
+            lambda: run(ring_steps(t, buf)), iterations, 5, comm))
     finally:
         t.comm.Free()
     whole = slowest(comm, typical_call(
@@ -186,6 +184,15 @@ def measure_overheads(comm: MPI.Comm, link: Link, iterations: int) -> tuple[floa
     agree = measure_native(comm, [64], iterations)[0][1]
     step = max(direct / (2 * (p - 1)) - link.alpha, 0.0)
     return step, max(whole - direct - agree, 0.0)
+
+
+def ring_steps(t, buf):
+    """The lossless ring schedule's steps (SUM) on transport t: the one place calibrate
+    reaches into the collectives."""
+    from zipcoll.collectives.ops import BY_NAME
+    from zipcoll.collectives.ring import ring_allreduce
+
+    return ring_allreduce(t, buf, BY_NAME["sum"], t.next_tag())
 
 
 def codec_call_in_place(comm: MPI.Comm, iterations: int) -> float:
