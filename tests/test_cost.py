@@ -289,3 +289,10 @@ def test_mean_counts_as_a_sum():
     assert "twophase" not in names(cost.candidate_plans(topo, op=MPI.MAX))
     assert names(cost.candidate_plans(topo, codec="int8", op="mean")) == names(
         cost.candidate_plans(topo, codec="int8"))
+
+
+def test_raw_value_twophase_and_allgather_without_a_codec():
+    # twophase: 2 all-to-alls of 1e6 B chunks to 3 neighbours, 3 reductions of a chunk
+    assert cost.twophase(N, ONE_NODE, WORK) == pytest.approx(2 * 3 * 1.001e-3 + 3e-3)
+    # allgather: the whole 4e6 B to 3 neighbours, 3 reductions of the whole vector
+    assert cost.allgather(N, ONE_NODE, WORK) == pytest.approx(3 * 4.001e-3 + 12e-3)

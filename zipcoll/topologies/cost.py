@@ -50,6 +50,8 @@ LOSSLESS_FLAT = ("ring", "tree", "dbtree", "rabenseifner", "recdoubling")
 #: schedules that carry raw values through a codec ("none"): lossless for SUM of floats only
 RAW_FLAT = ("twophase", "allgather")
 TWO_LEVEL = ("hierarchical", "torus")
+#: what those carry without a codec (the registry's Lossless instead: None)
+RAW_VALUES = get_codec("none")
 
 
 def accepting(codec: Codec) -> list[str]:
@@ -508,32 +510,39 @@ def _all_to_all(span: Span, wire: float) -> float:
     return max(near, far)
 
 
-def twophase(n: float, span: Span, work: Work, codec: Codec) -> float:
-    """Two-phase (1-bit Adam): compressed all-to-all, owners sum, compressed allgather.
+def twophase(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Two-phase (1-bit Adam): all-to-all of chunks, owners sum, allgather of the sums.
 
         2 x all-to-all of w(n/p) per pair
-        + p enc(n/p) + (p-1) dec_add(n/p) + p dec(n/p)
+        compressed: + p enc(n/p) + (p-1) dec_add(n/p) + p dec(n/p)
+        raw values: + (p-1) (n/p) gamma
     """
     p = span.size
     if p == 1:
         return 0.0
     m = n / p
     moves = 2 * (_all_to_all(span, work.wire(codec, m)) + work.step)
+    if codec is None:
+        return moves + (p - 1) * work.reduce(m)
     return (moves + p * work.encode(codec, m) + (p - 1) * work.decode_add(codec, m)
             + p * work.decode(codec, m))
 
 
-def allgather(n: float, span: Span, work: Work, codec: Codec) -> float:
-    """Allgather of payloads: encode once, all-to-all of w(n), decode_add all p payloads.
+def allgather(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Allgather of every rank's vector (encoded once), then each rank sums all p of them.
 
-        enc(n) + all-to-all of w(n) per pair + p dec_add(n)
-        (+ one all-to-all of 8 bytes first, for variable-size codecs)
+        all-to-all of w(n) per pair
+        compressed: + enc(n) + p dec_add(n)
+                    (+ one all-to-all of 8 bytes first, for variable-size codecs)
+        raw values: + (p-1) n gamma
     """
     p = span.size
     if p == 1:
         return 0.0
-    sizes = 0.0 if codec.fixed_size else _all_to_all(span, 8) + work.step
     moves = _all_to_all(span, work.wire(codec, n)) + work.step
+    if codec is None:
+        return moves + (p - 1) * work.reduce(n)
+    sizes = 0.0 if codec.fixed_size else _all_to_all(span, 8) + work.step
     return sizes + moves + work.encode(codec, n) + p * work.decode_add(codec, n)
 
 
@@ -583,7 +592,7 @@ def _flat(name: str, n: float, span: Span, work: Work, codec: Codec | None) -> f
     if name == "rabenseifner" and codec is None:
         return rabenseifner(n, span, work)
     if name in RAW_FLAT:
-        codec = codec or get_codec("none")
+        codec = codec or RAW_VALUES  # this branch's lossless twophase/allgather: the "none" codec
         return (twophase if name == "twophase" else allgather)(n, span, work, codec)
     if name == "native" and codec is None:
         return native_model(n, span, work.profile)
