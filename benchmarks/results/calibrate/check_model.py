@@ -70,7 +70,7 @@ def main() -> int:
         combos = sorted(set.intersection(*(set(v) for v in times.values())))
         lossless = [c for c in combos if "+" not in c]
         codecs = sorted({c.partition("+")[2] for c in combos if "+" in c})
-        print(f"## {layout} (profile: {profile.source})\n")
+        print(f"## {layout} (profile: {layout}.json)\n")
         print("Each cell: the model's pick among the lossless combos (and, for a codec, the combos "
               "with it), its measured time / the measured best of that set.\n")
         print("| size | lossless | " + " | ".join(codecs) + " |")
