@@ -296,3 +296,14 @@ def test_raw_value_twophase_and_allgather_without_a_codec():
     assert cost.twophase(N, ONE_NODE, WORK) == pytest.approx(2 * 3 * 1.001e-3 + 3e-3)
     # allgather: the whole 4e6 B to 3 neighbours, 3 reductions of the whole vector
     assert cost.allgather(N, ONE_NODE, WORK) == pytest.approx(3 * 4.001e-3 + 12e-3)
+
+
+def test_simulate_command(capsys):
+    from zipcoll.bench import simulate as sim
+
+    assert sim.main(["--shi", "--gpus-per-node", "4", "--intra", "pcie-host"]) == 0
+    table = capsys.readouterr().out
+    assert all(name in table for name, *_ in sim.SHI) and "23.9%" in table
+    assert sim.main(["--params", "25.6M", "--gpus", "16", "--compute-ms", "250", "--codec", "int8"]) == 0
+    out = capsys.readouterr().out
+    assert "2 nodes of 8" in out and "best with int8" in out
