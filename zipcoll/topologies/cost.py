@@ -603,7 +603,7 @@ def two_level(n: float, rows: Span, columns: Span, inner: str, work: Work,
               intra_codec: Codec | None, inter_codec: Codec | None) -> float:
     """Level-1 ring reduce-scatter, ``inner`` on 1/L of the data across, level-1 ring allgather.
 
-    zipcoll runs it in S slices (dispatch.SLICE_BYTES), several in flight: while one slice
+    zipcoll runs it in S slices (``slice_count``), several in flight: while one slice
     waits on a link, others reduce, encode or use the other link. With a = level 1 and
     b = level 2 of one slice, each split into what keeps a link busy (its bytes) and what
     keeps the CPU busy (reductions, codecs, steps), the pipeline runs at its busiest
@@ -635,8 +635,7 @@ _NO_LINK = Link(0.0, 0.0)
 def _links_only(work: Work) -> Work:
     """``work`` with free computation and no latency: what only the links' bandwidth costs."""
     free = CodecSpeed(_FREE, _FREE, _FREE)
-    profile = replace(work.profile, reduce=_FREE, codecs={k: free for k in DEFAULT_CODECS},
-                      intra=Link(0.0, work.profile.intra.beta), inter=Link(0.0, work.profile.inter.beta))
+    profile = replace(work.profile, reduce=_FREE, codecs={k: free for k in DEFAULT_CODECS})
     return replace(work, profile=profile, step=0.0, links="bandwidth")
 
 
