@@ -72,5 +72,11 @@ def test_ranks_with_different_profiles_still_agree(comm, tmp_path, monkeypatch):
         plans = [selector.choose(n, topo, "int4") for n in (8, 1000, 1 << 20, 3 << 20, 1 << 26)]
         assert comm.allgather([tuple(p) for p in plans]) == [[tuple(p) for p in plans]] * comm.size
         assert shared_profile(fresh) is selector  # cached on the communicator
+        other = shared_profile(fresh, path=comm.bcast(str(path), root=comm.size - 1))
+        assert other.profile.intra.alpha == pytest.approx(1e-6 * comm.size)  # that file, now
+        # each rank names its own file; rank 0's is read and used everywhere
+        ranking = explain(1 << 20, comm=fresh, topology=topo, profile=str(path))
+        assert ranking.source == comm.bcast(str(path), root=0)
+        assert ranking.best == cost.choose(1 << 20, topo, None, selector.profile)
     finally:
         fresh.Free()

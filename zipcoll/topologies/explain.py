@@ -46,19 +46,21 @@ class Ranking(list):
 
 
 def shared_profile(comm: MPI.Comm, path: str | None = None) -> Selector:
-    """The Selector of ``comm``, holding rank 0's profile (collective on first use).
+    """A Selector holding rank 0's profile (collective).
 
-    ``path`` (or $ZIPCOLL_PROFILE) is read on rank 0 only; the other ranks get its contents.
+    Without ``path``: $ZIPCOLL_PROFILE or the defaults, read once per communicator and
+    cached on it (what ``auto`` uses). With ``path``: that file, read now, not cached.
+    Either way only rank 0 reads; the others get its contents.
     """
     global _keyval
     if _keyval is None:
         _keyval = MPI.Comm.Create_keyval()
-    selector = comm.Get_attr(_keyval)
+    selector = comm.Get_attr(_keyval) if path is None else None
     if selector is None:
         data = load_profile(path).to_dict() if comm.Get_rank() == 0 else None
-        profile = Profile.from_dict(comm.bcast(data, root=0))
-        selector = Selector(profile)
-        comm.Set_attr(_keyval, selector)
+        selector = Selector(Profile.from_dict(comm.bcast(data, root=0)))
+        if path is None:
+            comm.Set_attr(_keyval, selector)
     return selector
 
 
