@@ -8,7 +8,7 @@ What it measures, every rank taking part so each figure is what a rank gets whil
 others work too (on a shared machine that is less than one core's worth):
 - alpha and beta of each link class: ring steps (send right, receive left) inside every
   node at once (intra), then along every rail across nodes at once (inter, beta divided
-  by the ranks a node has: they share its link), least squares over the sizes; nodes
+  by the ranks a node has: they share its link), 8 B to 16 MiB (``fit_line``); nodes
   come from ``zipcoll.Topology.from_comm`` (shared memory, or ZIPCOLL_RANKS_PER_NODE);
 - gamma: ``numpy.add`` in place, every rank at once;
 - zipcoll's overheads: its ring schedule driven directly at 8 bytes gives the cost of a
@@ -17,7 +17,7 @@ others work too (on a shared machine that is less than one core's worth):
 - each codec's encode, decode and decode_add at two sizes (overhead + throughput),
   with ``zipcoll-bench codecs``' measurement, every rank at once; the per-call overhead
   is at least what a codec call costs inside a schedule (ring + int8 against ring, 1 KiB).
-Times are the slowest rank's. Rank 0 writes the JSON.
+Each time is the slowest rank's median over the iterations. Rank 0 writes the JSON.
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ from mpi4py import MPI
 from zipcoll.bench.codec_bench import measure, timed
 from zipcoll.bench.timing import time_per_call
 from zipcoll.topologies import Topology
-from zipcoll.topologies.cost import DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile, Rate
+from zipcoll.topologies.cost import (DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile,
+                                     Rate, Shape)
+from zipcoll.transport import Transport
 
 STEP_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 NATIVE_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
@@ -49,9 +51,8 @@ def ring_step(comm: MPI.Comm, ring: list[int], nbytes: int, iterations: int) -> 
     calls it with its own ring), as the steps of a real schedule do. A rank alone
     in its ring only waits at the barriers.
     """
-    from zipcoll.transport import Transport
     t = Transport(comm)
-    out, into = np.ones(max(nbytes, 1), np.uint8), np.empty(max(nbytes, 1), np.uint8)
+    out, into = np.ones(max(nbytes, 1), np.uint8), np.zeros(max(nbytes, 1), np.uint8)  # touched
     me = ring.index(comm.rank)
     right, left = ring[(me + 1) % len(ring)], ring[me - 1]
 
@@ -167,7 +168,6 @@ def measure_overheads(comm: MPI.Comm, link: Link, iterations: int) -> tuple[floa
     """
     import zipcoll
     from zipcoll.collectives.schedule import run
-    from zipcoll.transport import Transport
 
     p = comm.size
     if p == 1:
@@ -256,7 +256,7 @@ def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = No
         speeds[spec.partition(":")[0]] = speed
         say(f"{spec}: encode {speed.encode.bytes_per_s / 1e9:.2f} GB/s + {speed.encode.overhead * 1e6:.0f} us, "
             f"decode_add {speed.decode_add.bytes_per_s / 1e9:.2f} GB/s")
-    layout = f"{topology.num_nodes}x{max(len(n) for n in topology.nodes)}"
+    layout = Shape.of(topology).label
     source = (f"zipcoll-bench calibrate on {comm.size} ranks, {layout}, "
               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
     defaults = {k: with_call_floor(v, in_place) for k, v in DEFAULT_CODECS.items()}
@@ -268,7 +268,7 @@ def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = No
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zipcoll-bench calibrate", description=__doc__.split("\n")[0])
     p.add_argument("-o", "--output", default="zipcoll-profile.json", help="JSON profile to write")
-    p.add_argument("--quick", action="store_true", help="fewer sizes and iterations (~10 s)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
     p.add_argument("--codec", action="append", help="codecs to time (default: all), repeatable")
     return p
 
