@@ -199,11 +199,12 @@ def _base_id(codec: Codec) -> str:
 # Defaults, for a job that was not calibrated. Inside a node: the same 1x4 calibration
 # (ring steps: 24 us + 1/1.84 GB/s; numpy add 10.5 GB/s; zipcoll 13 us a step, 144 us a
 # call). Between nodes: 10 Gbit/s Ethernet with TCP: 9.3 Gbit/s of goodput (the emulated
-# cluster's 10 Gbit/s link, benchmarks/cluster/README.md) and 30 us a message (ring steps
-# of 8 B to 1 KiB between namespaces, benchmarks/results/calibrate/4x1-1gbit.json).
+# cluster's 10 Gbit/s link, benchmarks/cluster/README.md) and 50 us a message (small ring
+# steps between the emulated nodes took 30-60 us in quiet calibrations, up to 360 us in
+# busy ones: benchmarks/results/calibrate/README.md).
 DEFAULT_PROFILE = Profile(
     intra=Link(alpha=24e-6, beta=1 / 1.84e9),
-    inter=Link(alpha=30e-6, beta=1 / 1.16e9),
+    inter=Link(alpha=50e-6, beta=1 / 1.16e9),
     reduce=Rate(bytes_per_s=10.5e9),
     step_overhead=13e-6,
     call_overhead=144e-6,
