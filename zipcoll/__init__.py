@@ -19,6 +19,7 @@ from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import MismatchError, MissingDependencyError, ZipcollError
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
+from zipcoll.topologies.explain import explain
 
 __version__ = "0.1.0"
 
@@ -32,7 +33,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "ALGORITHMS", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
-    "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "feedback",
+    "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "explain", "feedback",
     "get_codec", "iallreduce", "list_codecs", "sparse_allgather", "sparse_allreduce",
     "testall", "waitall", "waitany",
 ]

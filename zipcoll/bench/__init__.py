@@ -18,6 +18,10 @@ COMMANDS = {
                "encode / decode / decode_add throughput of each codec beside a memory copy"),
     "plot": ("zipcoll.bench.plot",
              "PNG plots of time, bus bandwidth and speedup from suite or allreduce JSON"),
+    "calibrate": ("zipcoll.bench.calibrate",
+                  "measure links, reductions, native and codec speeds: a cost-model profile"),
+    "simulate": ("zipcoll.bench.simulate",
+                 "predicted data-parallel step time and scaling on clusters we do not have"),
 }
 
 

@@ -74,9 +74,10 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     abort_on_error.install()
     if blocking:
         ctx.engine.drain()
+    selector = ctx.selector  # on every call: its first use is collective on every rank
     try:
         plan, error = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
-                                _topology(ctx, topology)), None
+                                _topology(ctx, topology), selector), None
     except (TypeError, ValueError) as exc:
         plan, error = None, exc
     if checks_enabled():
@@ -91,8 +92,9 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
 
 
 def _topology(ctx: Context, topology: Topology | None) -> Topology:
+    found = ctx.topology  # on every call: its first use is collective on every rank
     if topology is None:
-        return ctx.topology
+        return found
     if not isinstance(topology, Topology) or topology.size != ctx.transport.size:
         raise ValueError(f"topology must be a zipcoll.Topology of {ctx.transport.size} ranks")
     return topology

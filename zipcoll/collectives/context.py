@@ -24,6 +24,17 @@ class Context:
     transport: Transport
     engine: Engine = ENGINE
     _topology: Topology | None = None
+    _selector: Any = None
+
+    @property
+    def selector(self) -> Any:
+        """algorithm="auto"'s cost model, with rank 0's profile (collective on first use)."""
+        if self._selector is None:
+            from zipcoll.topologies.explain import shared_profile
+
+            self.engine.drain()
+            self._selector = shared_profile(self.transport.comm)
+        return self._selector
 
     @property
     def topology(self) -> Topology:

@@ -74,8 +74,10 @@ class Plan:
 
 
 def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, key: Hashable,
-              topology: Topology) -> Plan:
-    """All local checks of one call; raises TypeError/ValueError, touching nothing."""
+              topology: Topology, selector: Any = None) -> Plan:
+    """All local checks of one call; raises TypeError/ValueError, touching nothing.
+
+    `selector` (a `topologies.cost.Selector`) decides "auto"."""
     schedule, inner = registry.parse(algorithm)
     mean = isinstance(op, str) and op.lower() == "mean"
     reduce_op = BY_NAME["sum"] if mean else lookup(op)
@@ -98,7 +100,7 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     if not isinstance(reduce_op, ReduceOp):
         plan.schedule, plan.inner = SCHEDULES["native"], None  # only MPI can apply a user op
     elif schedule is None:
-        _choose(plan, source.count * source.dtype.itemsize)
+        _choose(plan, source.count * source.dtype.itemsize, selector)
     elif schedule.two_level and inner is None:
         plan.inner = SCHEDULES[select.default_inner(flat_codec)]
     plan.slicing = _slicing(plan)
@@ -185,17 +187,25 @@ def _check_matching(send: Buffer | None, recv: Buffer) -> None:
         raise ValueError(f"recvbuf holds {recv.count} items, fewer than the {send.count} sent")
 
 
-def _choose(plan: Plan, nbytes: int) -> None:
+def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     """algorithm="auto": the schedule for this size and layout; codecs only where they pay.
 
     8-bit SUM and PROD stay off the MPI library's own Allreduce: Open MPI saturates them
     where zipcoll's schedules wrap (as C does), and auto's answer must not depend on size.
     """
-    plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec)
+    op = "sum" if plan.op == BY_NAME["sum"] else plan.op.name
+    plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
+                                                        plan.recv.dtype, op, selector)
     if not compress:
         plan.codec = plan.intra_codec = None
     if plan.schedule.native and plan.recv.dtype.itemsize == 1 and plan.op.name in ("sum", "prod"):
         plan.schedule = SCHEDULES["ring"]
+
+
+def slice_count(nbytes: int) -> int:
+    """Slices of about SLICE_BYTES, as many as the tags of a call's block allow."""
+    most = TAGS_PER_CALL // max(s.tags for s in SCHEDULES.values())
+    return max(1, min(-(-nbytes // SLICE_BYTES), most))
 
 
 def _slicing(plan: Plan) -> Slicing:
@@ -207,8 +217,7 @@ def _slicing(plan: Plan) -> Slicing:
     if not plan.schedule.two_level:
         return Slicing()
     nbytes = plan.count * plan.recv.dtype.itemsize
-    most = TAGS_PER_CALL // max(s.tags for s in SCHEDULES.values())  # tags of the call's block
-    slices = max(1, min(-(-nbytes // SLICE_BYTES), most))
+    slices = slice_count(nbytes)
     if plan.inner.native:
         return Slicing(slices, 1)
     in_flight = IN_FLIGHT_BYTES // max(1, nbytes // slices)

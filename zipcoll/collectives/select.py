@@ -1,31 +1,26 @@
-"""algorithm="auto": which schedule a call gets.
+"""algorithm="auto": which schedule a call gets, from the cost model.
 
-For now rules over size and topology (a cost model replaces them later). The MPI
-library's own Allreduce is the right answer for small messages; past AUTO_LARGE_BYTES
-the bandwidth-optimal ring on one node, the hierarchical schedule across nodes. A codec
-is used only across nodes: on one node's shared memory, compressing costs more than it
-saves. Every rank decides alike from (bytes, topology, codec).
+`topologies.cost` prices every plan the registry allows (schedule, inner schedule, where
+the codec goes) for this size, layout, dtype and op, with a profile that rank 0 read
+(`ZIPCOLL_PROFILE`, or the defaults) and shared, and picks the cheapest; decisions are
+cached per size bucket. Every rank decides alike: the same profile, and nothing that
+depends on the rank goes into the model. `zipcoll.explain` shows the ranking.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from zipcoll.collectives.registry import SCHEDULES, Schedule
 
-AUTO_LARGE_BYTES = int(os.environ.get("ZIPCOLL_AUTO_LARGE_BYTES", 16 << 20))
 
-
-def choose(nbytes: int, topology: Any, codec: Any) -> tuple[Schedule, Schedule | None, bool]:
+def choose(nbytes: int, topology: Any, codec: Any, dtype: Any, op: str,
+           selector: Any) -> tuple[Schedule, Schedule | None, bool]:
     """(schedule, inner schedule, whether to use the codec) for `nbytes` on `topology`."""
-    across_nodes = topology.num_nodes > 1 and topology.is_uniform
-    if codec is not None and across_nodes:
-        return SCHEDULES["hierarchical"], SCHEDULES[default_inner(codec)], True
-    if topology.size == 1 or nbytes < AUTO_LARGE_BYTES:
+    if topology.size == 1:
         return SCHEDULES["native"], None, False
-    if across_nodes and topology.local_size > 1:
-        return SCHEDULES["hierarchical"], SCHEDULES["ring"], False
-    return SCHEDULES["ring"], None, False
+    shape = selector.choose(nbytes, topology, codec, dtype, op)
+    inner = SCHEDULES[shape.inner] if shape.inner else None
+    return SCHEDULES[shape.algorithm], inner, shape.inter_codec is not None
 
 
 def default_inner(codec: Any) -> str:

@@ -1,0 +1,82 @@
+"""Calibration on a live job, and `explain`'s ranking being the same on every rank."""
+import json
+import os
+
+import pytest
+from mpi4py import MPI
+
+from zipcoll.bench import calibrate as cal
+from zipcoll.topologies import Topology
+from zipcoll.topologies import cost
+from zipcoll.topologies.explain import explain, shared_profile
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    """A few sizes and one codec: seconds, not minutes."""
+    monkeypatch.setattr(cal, "STEP_SIZES", [8, 1 << 12, 1 << 16, 1 << 20])
+    monkeypatch.setattr(cal, "NATIVE_SIZES", [8, 1 << 12, 1 << 16, 1 << 20])
+    monkeypatch.setattr(cal, "CODEC_SIZES", (1 << 12, 1 << 18))
+
+
+def test_calibrate_measures_a_profile_every_rank_shares(comm, quick, tmp_path):
+    if comm.size < 2:
+        pytest.skip("links need two ranks")
+    profile, points = cal.calibrate(comm, quick=True, codecs=["int8"])
+    assert 0 < profile.intra.alpha < 0.05 and 0 < profile.intra.beta < 1e-6  # > 1 MB/s
+    assert [n for n, _ in points["intra"]] == cal.STEP_SIZES[::2]
+    assert all(s > 0 for _, s in points["intra"])
+    assert profile.inter == cost.DEFAULT_PROFILE.inter  # one node: no inter-node link measured
+    assert profile.reduce.bytes_per_s > 1e6 and profile.step_overhead >= 0
+    native = profile.native[f"1x{comm.size}"]
+    assert [n for n, _ in native] == cal.NATIVE_SIZES[::2] and all(s > 0 for _, s in native)
+    assert profile.codecs["int8"].encode.bytes_per_s > 1e6
+    assert comm.allgather(profile.to_dict()) == [profile.to_dict()] * comm.size
+    path = tmp_path / f"profile{comm.rank}.json"
+    profile.save(str(path))
+    loaded = cost.load_profile(str(path))
+    assert (loaded.intra, loaded.native, loaded.source) == (profile.intra, profile.native, str(path))
+
+
+def test_calibrate_command_writes_the_json(comm, quick, tmp_path):
+    path = comm.bcast(str(tmp_path / "profile.json"), root=0)  # rank 0's path on every rank
+    assert cal.main(["-o", path, "--codec", "sign"]) == 0
+    comm.Barrier()
+    if comm.rank == 0:
+        data = json.load(open(path))
+        assert cost.Profile.from_dict(data).codecs["sign"].encode.bytes_per_s > 0
+        assert "ring_steps" in data
+
+
+@pytest.mark.parametrize("codec", [None, "int8", "topk:ratio=0.01"])
+def test_explain_is_the_same_on_every_rank(comm, codec):
+    for nbytes in (8, 1 << 16, 1 << 22, 1 << 26):
+        ranking = explain(nbytes, comm=comm, codec=codec)
+        rows = [(round(t, 15), tuple(p)) for t, p in ranking]
+        assert comm.allgather(rows) == [rows] * comm.size
+        assert ranking.best == ranking[0][1] and str(ranking).count("\n") == len(ranking) + 1
+
+
+def test_ranks_with_different_profiles_still_agree(comm, tmp_path, monkeypatch):
+    # each rank points ZIPCOLL_PROFILE at its own, different file: rank 0's is used everywhere
+    own = cost.Profile(cost.Link(1e-6 * (comm.rank + 1), 1e-9), cost.Link(1e-5, 1e-8 * (comm.rank + 1)),
+                       cost.Rate(1e9), 0.0, 0.0)
+    path = tmp_path / f"rank{comm.rank}.json"
+    own.save(str(path))
+    monkeypatch.setenv(cost.PROFILE_ENV, str(path))
+    fresh = comm.Dup()  # a communicator with no profile cached yet
+    try:
+        selector = shared_profile(fresh)
+        assert selector.profile.intra.alpha == pytest.approx(1e-6)  # rank 0's
+        topo = Topology.from_comm(fresh, ranks_per_node=max(1, comm.size // 2))
+        plans = [selector.choose(n, topo, "int4") for n in (8, 1000, 1 << 20, 3 << 20, 1 << 26)]
+        assert comm.allgather([tuple(p) for p in plans]) == [[tuple(p) for p in plans]] * comm.size
+        assert shared_profile(fresh) is selector  # cached on the communicator
+        other = shared_profile(fresh, path=comm.bcast(str(path), root=comm.size - 1))
+        assert other.profile.intra.alpha == pytest.approx(1e-6 * comm.size)  # that file, now
+        # each rank names its own file; rank 0's is read and used everywhere
+        ranking = explain(1 << 20, comm=fresh, topology=topo, profile=str(path))
+        assert ranking.source == comm.bcast(str(path), root=0)
+        assert ranking.best == cost.choose(1 << 20, topo, None, selector.profile)
+    finally:
+        fresh.Free()

@@ -1,0 +1,309 @@
+"""The cost model's formulas against values computed by hand, and the plan ranking (no MPI).
+
+A round profile makes the arithmetic checkable: intra alpha 1 us and 1 ns/byte, inter
+10 us and 10 ns/byte, gamma 1 ns/byte, codecs at 1 GB/s (decode 2 GB/s), no overheads.
+"""
+import json
+import math
+
+import pytest
+
+from zipcoll import get_codec
+from zipcoll.topologies import Topology
+from zipcoll.topologies import cost
+from zipcoll.topologies.cost import (DEFAULT_PROFILE, CodecSpeed, Link, PlanShape, Profile, Rate,
+                                     Shape, Span, Work)
+
+INTRA, INTER = Link(1e-6, 1e-9), Link(10e-6, 1e-8)
+ROUND = Profile(INTRA, INTER, Rate(1e9), step_overhead=0.0, call_overhead=0.0,
+                codecs={"int8": CodecSpeed(Rate(1e9), Rate(2e9), Rate(1e9))},
+                native={"1x4": ((64, 1e-5), (1 << 30, 1.0)), "2x2": ((64, 2e-5), (1 << 30, 2.0))})
+WORK = Work(ROUND, 4, "float32", 0.0)
+ONE_NODE = Span(4, 4, INTRA, INTER)
+TWO_BY_TWO = Span(4, 2, INTRA, INTER)
+N = 4e6  # bytes: 1e6 float32
+INT8 = get_codec("int8")
+
+
+def test_ring_one_node():
+    # 2(p-1) steps of n/p = 1e6 B: 6 (1us + 1ms), plus (p-1) reductions of 1e6 B: 3 ms
+    assert cost.ring(N, ONE_NODE, WORK) == pytest.approx(6 * 1.001e-3 + 3e-3)
+
+
+def test_ring_across_nodes_goes_at_the_inter_rate():
+    # 6 (10us + 1e6 * 10ns) + 3 ms
+    assert cost.ring(N, TWO_BY_TWO, WORK) == pytest.approx(6 * 10.01e-3 + 3e-3)
+
+
+def test_ring_with_a_codec():
+    w = INT8.wire_bytes(250_000, "float32")  # one chunk of 1e6 bytes
+    hops = 6 * (1e-6 + w * 1e-9)
+    reduce_scatter = 3 * (1e-3 + 1e-3)  # encode + decode_add per hop
+    owner_and_allgather = 1e-3 + 4 * 0.5e-3  # owner encodes once, p decodes
+    assert cost.ring(N, ONE_NODE, WORK, INT8) == pytest.approx(hops + reduce_scatter + owner_and_allgather)
+
+
+def test_rabenseifner_power_of_two_across_nodes():
+    # distance 1 (same node): 2 (1us + 2e6 ns) + 2e6 ns = 6.002 ms
+    # distance 2 (other node, both ranks of a node at once: beta x2): 2 (10us + 1e6 x 20ns) + 1 ms
+    assert cost.rabenseifner(N, TWO_BY_TWO, WORK) == pytest.approx(6.002e-3 + 2 * 20.01e-3 + 1e-3)
+
+
+def test_rabenseifner_three_ranks_folds():
+    # fold + unfold of the whole vector (2 x 4.001 ms) and one reduction of it (4 ms),
+    # then one halving/doubling step between 2 ranks: 2 (1us + 2 ms) + 2 ms
+    span = Span(3, 3, INTRA, INTER)
+    assert cost.rabenseifner(N, span, WORK) == pytest.approx(12.002e-3 + 6.002e-3)
+
+
+def test_recdoubling_small_message():
+    # log2 4 = 2 exchanges of 4 KB: each 1 us + 4 us on the wire + 4 us reducing
+    assert cost.recdoubling(4e3, ONE_NODE, WORK) == pytest.approx(2 * 9e-6)
+
+
+def test_binomial_tree_pipelined():
+    # 8 segments of 5e5 B (4e6 / 512 KiB rounded up); depth 2, both root children local.
+    # per phase: fill 1 x (1us + 0.5 ms) + 8 root steps of (1us + 2 x 0.5 ms)
+    # reduce: 8 x 2 children x 0.5 ms
+    phase = (1e-6 + 5e-4) + 8 * (1e-6 + 1e-3)
+    assert cost.tree(N, ONE_NODE, WORK) == pytest.approx(2 * phase + 8e-3)
+
+
+def test_double_binary_tree():
+    # halves of 2e6 B in 4 segments of 5e5; depth 2; per step 2 segments out (one per tree)
+    phase = (1e-6 + 5e-4) + 4 * (1e-6 + 1e-3)
+    assert cost.dbtree(N, ONE_NODE, WORK) == pytest.approx(2 * phase + 4 * 2 * 5e-4)
+
+
+def test_allgather_across_nodes():
+    w = INT8.wire_bytes(1_000_000, "float32")
+    # a node's link carries its 2 ranks' payloads to the 2 ranks elsewhere: 2 alphas + 4 w beta
+    moves = max(1e-6 + w * 1e-9, 2 * 10e-6 + 4 * w * 1e-8)
+    expected = moves + 4e-3 + 4 * 4e-3  # encode n once, decode_add all 4 payloads
+    assert cost.allgather(N, TWO_BY_TWO, WORK, INT8) == pytest.approx(expected)
+
+
+def test_twophase_one_node():
+    w = INT8.wire_bytes(250_000, "float32")
+    moves = 2 * 3 * (1e-6 + w * 1e-9)  # twice: 3 neighbours' chunks
+    codec = 4 * 1e-3 + 3 * 1e-3 + 4 * 0.5e-3  # p encodes, p-1 decode_adds, p decodes of n/p
+    assert cost.twophase(N, ONE_NODE, WORK, INT8) == pytest.approx(moves + codec)
+
+
+def test_hierarchical_slices_pipeline():
+    n = 4 << 20  # 2 slices of 2 MiB
+    s = n / 2
+    a = 2 * (1e-6 + s / 2 * 1e-9) + s / 2 * 1e-9  # ring over the node's 2 ranks
+    b = 2 * (10e-6 + s / 4 * 2e-8) + s / 4 * 1e-9  # ring over 2 nodes on s/2, both rails share
+    # once full, the pipeline goes at its busiest resource: a link's bytes, or the CPU
+    busiest = max(2 * s / 2 * 1e-9, 2 * s / 4 * 2e-8, s / 2 * 1e-9 + s / 4 * 1e-9)
+    expected = 2e-5 + a + b + busiest  # + the agreement check (native at 64 B)
+    plan = PlanShape("hierarchical", "ring")
+    assert cost.predict(plan, n, Topology.from_layout(4, 0, ranks_per_node=2), ROUND) == pytest.approx(expected)
+
+
+def test_predict_adds_the_agreement_check_and_call_overhead():
+    profile = Profile(INTRA, INTER, Rate(1e9), 0.0, 5e-4, ROUND.codecs, ROUND.native)
+    topo = Topology.from_layout(4, 1)
+    assert cost.predict(PlanShape("ring"), N, topo, profile) == pytest.approx(
+        5e-4 + 1e-5 + 6 * 1.001e-3 + 3e-3)
+
+
+def test_native_interpolates_measured_times_log_log():
+    profile = Profile(INTRA, INTER, Rate(1e9), 0.0, 0.0, native={"1x4": ((1000, 1e-5), (100_000, 1e-3))})
+    topo = Topology.from_layout(4, 0)
+    native = PlanShape("native")
+    assert cost.predict(native, 10_000, topo, profile) == pytest.approx(1e-4)
+    assert cost.predict(native, 10, topo, profile) == pytest.approx(1e-5)  # flat below
+    assert cost.predict(native, 200_000, topo, profile) == pytest.approx(2e-3)  # linear above
+
+
+def test_native_without_measurements_is_the_best_of_its_algorithms():
+    topo = Topology.from_layout(8, 0, ranks_per_node=4)
+    span = Span(8, 4, INTRA, INTER)
+    work = Work(ROUND, 1, "uint8", 0.0)
+    for n in (8, 1 << 16, 1 << 24):
+        expected = min(cost.recdoubling(n, span, work), cost.rabenseifner(n, span, work),
+                       cost.ring(n, span, work))
+        assert cost.predict(PlanShape("native"), n, topo, ROUND) == pytest.approx(expected)
+
+
+def test_small_messages_favour_few_steps_large_ones_bandwidth():
+    one_node = Topology.from_layout(8, 0)
+    profile = Profile(INTRA, INTER, Rate(1e9), 20e-6, 0.0, ROUND.codecs)
+    small = {p.name: t for t, p in cost.rank_plans(64, one_node, profile)}
+    assert small["recdoubling"] < small["ring"]
+    large = {p.name: t for t, p in cost.rank_plans(64 << 20, one_node, profile)}
+    assert large["ring"] < large["recdoubling"] and large["rabenseifner"] < large["tree"]
+
+
+# ----------------------------------------------------------------------------- plans
+
+def names(plans):
+    return {str(p) for p in plans}
+
+
+def test_lossless_plans_only_without_a_codec():
+    plans = cost.candidate_plans(Topology.from_layout(4, 0, ranks_per_node=2))
+    assert all(p.inter_codec is None and p.intra_codec is None for p in plans)
+    assert {"native", "ring", "rabenseifner", "recdoubling", "twophase", "allgather",
+            "hierarchical:ring", "hierarchical:native"} <= names(plans)
+    assert not any(p.algorithm == "torus" for p in plans)  # the same as hierarchical here
+
+
+def test_raw_value_schedules_take_any_op():
+    topo = Topology.from_layout(4, 0)
+    assert "twophase" in names(cost.candidate_plans(topo, dtype="int32"))
+    assert "allgather" in names(cost.candidate_plans(topo, op="max"))
+    assert names(cost.candidate_plans(topo, codec="int8", dtype="int64")) == names(
+        cost.candidate_plans(topo, dtype="int64"))
+
+
+@pytest.mark.parametrize("codec, flat", [
+    ("int8", {"ring", "tree", "dbtree", "twophase", "allgather"}),
+    ("randomk:ratio=0.01", {"twophase", "allgather"}),  # rescaling: no per-hop schedule
+    ("threshold:tau=2.5", {"allgather"}),  # variable-size payloads
+])
+def test_codec_placements_follow_accepting_schedules(codec, flat):
+    plans = cost.candidate_plans(Topology.from_layout(4, 0, ranks_per_node=2), codec=codec)
+    spec = cost.codec_spec(codec)
+    assert {p.algorithm for p in plans if p.inter_codec == spec and p.inner is None} == flat
+    assert {p.inner for p in plans if p.inter_codec == spec and p.algorithm == "hierarchical"} == flat
+
+
+def test_one_rank_has_only_native():
+    assert cost.candidate_plans(Topology.from_layout(1, 0), codec="int8") == [PlanShape("native")]
+
+
+def test_uneven_nodes_have_no_hierarchical_plan():
+    plans = cost.candidate_plans(Topology.from_layout(6, 0, ranks_per_node=4))
+    assert not any(p.algorithm == "hierarchical" for p in plans)
+    assert any(p.algorithm == "torus" for p in plans)  # a 2x3 grid
+
+
+def test_ranking_is_the_same_on_every_rank_of_an_uneven_topology():
+    rankings = [cost.rank_plans(1 << 20, Topology.from_layout(6, r, ranks_per_node=4),
+                                codec="int4") for r in range(6)]
+    assert all(r == rankings[0] for r in rankings)
+    times = [t for t, _ in rankings[0]]
+    assert times == sorted(times) and all(math.isfinite(t) and t > 0 for t in times)
+
+
+def test_plan_shape_names():
+    plan = PlanShape("hierarchical", "ring", None, "int8")
+    assert plan.name == "hierarchical:ring" and str(plan) == "hierarchical:ring + int8"
+    assert str(PlanShape("ring")) == "ring"
+
+
+def test_codec_spec_is_short_and_round_trips():
+    for spec in ("int8", "int4:block=128", "topk:ratio=0.01", "feedback:sign"):
+        assert cost.codec_spec(spec) == spec
+        assert get_codec(cost.codec_spec(get_codec(spec))) == get_codec(spec)
+    assert cost.codec_spec({"id": "int8", "block": 256}) == "int8"
+
+
+# --------------------------------------------------------------------------- profiles
+
+def test_profile_json_round_trip(tmp_path, monkeypatch):
+    path = tmp_path / "profile.json"
+    ROUND.save(str(path))
+    assert cost.Profile.from_dict(json.loads(path.read_text())) == ROUND
+    monkeypatch.setenv(cost.PROFILE_ENV, str(path))
+    loaded = cost.load_profile()
+    assert loaded.intra == INTRA and loaded.native == ROUND.native and loaded.source == str(path)
+    monkeypatch.delenv(cost.PROFILE_ENV)
+    assert cost.load_profile() is DEFAULT_PROFILE
+
+
+def test_unknown_codec_speed_falls_back_to_the_defaults():
+    assert ROUND.codec_speed(get_codec("sign")) == cost.DEFAULT_CODECS["sign"]
+    assert ROUND.codec_speed(get_codec("feedback:int8")) == ROUND.codecs["int8"]
+
+
+def test_shape_reads_no_rank():
+    shapes = {Shape.of(Topology.from_layout(5, r, ranks_per_node=2)) for r in range(5)}
+    assert shapes == {Shape(5, 3, 2)}
+
+
+# --------------------------------------------------------------------------- choosing
+
+def test_selector_prices_each_bucket_once_at_its_middle():
+    selector = cost.Selector(ROUND)
+    topo = Topology.from_layout(4, 2, ranks_per_node=2)
+    first = selector.choose(1000, topo, "int8")
+    assert selector.choose(1023, topo, "int8") is first  # same bucket: [512, 1024)
+    assert first == cost.choose(cost.bucket_size(cost.size_bucket(1000)), topo, "int8", ROUND)
+    assert cost.bucket_size(cost.size_bucket(1000)) == int(2 ** 9.5)
+    assert set(selector._decided) >= {(10, "float32", True, "int8", Shape(4, 2, 2))}
+
+
+def test_ring_over_nodes_goes_at_the_slower_link():
+    slow_inside = Span(8, 4, Link(1e-6, 1e-8), Link(1e-6, 1e-9))  # e.g. PCIe without P2P
+    assert cost.ring(N, slow_inside, WORK) == pytest.approx(14 * (1e-6 + 5e5 * 1e-8) + 7 * 5e-4)
+
+
+# -------------------------------------------------------------------------- simulator
+
+def test_simulated_iteration():
+    from zipcoll.bench import simulate as sim
+
+    assert sim.buckets((130 << 20)) == [64 << 20, 64 << 20, 2 << 20]
+    shape = sim.cluster(32, 8)
+    profile = sim.gpu_profile("ib100")
+    ring = PlanShape("ring")
+    it = sim.iteration(25.6e6, shape, profile, 0.25, ring)
+    comm = sum(cost.predict(ring, b, shape, profile) for b in sim.buckets(25.6e6 * 4))
+    assert it.communication == pytest.approx(comm)
+    assert it.efficiency == pytest.approx(0.25 / (0.25 + comm))
+    hidden = sim.iteration(25.6e6, shape, profile, 0.25, ring, overlap=1.0)
+    assert hidden.efficiency == 1.0  # all of it behind compute
+
+
+def test_simulator_against_shi_with_host_staged_pcie():
+    """The committed table's claim: 8 x 4 GPUs without P2P lands within 15 points."""
+    from zipcoll.bench import simulate as sim
+
+    for name, params, batch, single, published in sim.SHI:
+        rows = sim.simulate(params, 32, "ib100", batch / single, None, 4, "pcie-host")
+        assert abs(rows["baseline (NCCL ring)"].efficiency - published / (32 * single)) < 0.15, name
+
+
+def test_calibration_fit_recovers_a_line_and_ignores_a_slow_small_message():
+    from zipcoll.bench.calibrate import fit_line, two_point_rate
+
+    sizes = [8, 1 << 10, 1 << 14, 1 << 20, 1 << 22, 1 << 24]
+    line = [20e-6 + n * 1e-9 for n in sizes]
+    assert fit_line(sizes, line) == pytest.approx((20e-6, 1e-9))
+    noisy = list(line)
+    noisy[0] = 700e-6  # one small message that waited on something else
+    assert fit_line(sizes, noisy) == pytest.approx((20e-6, 1e-9))
+    rate = two_point_rate((1000, 11000), [2e-6, 12e-6])  # 1 ns/byte + 1 us
+    assert (rate.bytes_per_s, rate.overhead) == pytest.approx((1e9, 1e-6))
+
+
+def test_mean_counts_as_a_sum():
+    topo = Topology.from_layout(4, 0)
+    assert names(cost.candidate_plans(topo, op="mean")) == names(cost.candidate_plans(topo))
+    from mpi4py import MPI
+    assert names(cost.candidate_plans(topo, op=MPI.SUM)) == names(cost.candidate_plans(topo))
+    assert "int8" not in str(names(cost.candidate_plans(topo, codec="int8", op=MPI.MAX)))
+    assert names(cost.candidate_plans(topo, codec="int8", op="mean")) == names(
+        cost.candidate_plans(topo, codec="int8"))
+
+
+def test_raw_value_twophase_and_allgather_without_a_codec():
+    # twophase: 2 all-to-alls of 1e6 B chunks to 3 neighbours, 3 reductions of a chunk
+    assert cost.twophase(N, ONE_NODE, WORK) == pytest.approx(2 * 3 * 1.001e-3 + 3e-3)
+    # allgather: the whole 4e6 B to 3 neighbours, 3 reductions of the whole vector
+    assert cost.allgather(N, ONE_NODE, WORK) == pytest.approx(3 * 4.001e-3 + 12e-3)
+
+
+def test_simulate_command(capsys):
+    from zipcoll.bench import simulate as sim
+
+    assert sim.main(["--shi", "--gpus-per-node", "4", "--intra", "pcie-host"]) == 0
+    table = capsys.readouterr().out
+    assert all(name in table for name, *_ in sim.SHI) and "23.9%" in table
+    assert sim.main(["--params", "25.6M", "--gpus", "16", "--compute-ms", "250", "--codec", "int8"]) == 0
+    out = capsys.readouterr().out
+    assert "2 nodes of 8" in out and "best with int8" in out
