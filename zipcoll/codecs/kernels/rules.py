@@ -68,13 +68,17 @@ def bits_to_float(bits, mant, bias):
 @njit(cache=True)
 def max_finite_bits(xb, sign, inf):
     """Largest ``xb[i] & sign`` below ``inf`` (|x| of the finite x, on their IEEE bits),
-    and whether an Inf was seen; integer max vectorizes."""
+    and how many are Inf; integer max vectorizes."""
     m = xb.dtype.type(0)
-    infs = 0
+    top = xb.dtype.type(0)  # of all: a NaN or an Inf reaches ``inf``
     for i in range(xb.size):
         a = xb[i] & sign
         m = max(m, a if a < inf else xb.dtype.type(0))
-        infs = max(infs, 1 if a == inf else 0)
+        top = max(top, a)
+    infs = 0
+    if top >= inf:  # rare: count the Infs apart, so the loop above stays vectorized
+        for i in range(xb.size):
+            infs += (xb[i] & sign) == inf
     return m, infs
 
 
@@ -94,11 +98,15 @@ def block_norm(x, xb, kind):
     if kind == ABSMAX:
         return finite_absmax(xb)
     m = 0.0
-    infs = 0
+    every = 0.0  # of all: not finite if a NaN or an Inf is there (squares of float32 fit)
     for i in range(x.size):
         v = np.float64(x[i])
         m += v * v if math.isfinite(v) else 0.0
-        infs += math.isinf(v)
+        every += v * v
+    infs = 0
+    if not math.isfinite(every):  # rare: count the Infs apart, as finite_absmax does
+        for i in range(x.size):
+            infs += math.isinf(np.float64(x[i]))
     return math.sqrt(m), infs
 
 
@@ -146,10 +154,10 @@ def quantize(v, inv, levels, bits, u, marked):
     f = np.floor(np.float32(v) * inv + u)
     f = min(max(f, -levels), levels)
     top = (1 << (bits - 1)) - 1
-    inf_code = np.int32(top if v > 0 else -top)
-    nonfinite = inf_code if marked and not math.isnan(v) else np.int32(-top - 1)
-    # selects, not branches, so the loop vectorizes
-    return np.int32(f) if math.isfinite(v) else nonfinite
+    code = np.int32(f) if math.isfinite(v) else np.int32(-top - 1)  # a select: vectorizes
+    if marked and math.isinf(v):  # marked is the block's: the loop is unswitched on it
+        code = np.int32(top if v > 0 else -top)
+    return code
 
 
 @njit(cache=True)
