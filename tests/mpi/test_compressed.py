@@ -505,19 +505,18 @@ def test_auto_does_not_compress_on_one_node(comm):
             np.testing.assert_array_equal(got, lossless, err_msg=f"codec={spec}")
 
 
-def test_auto_compresses_across_nodes(comm):
+@pytest.mark.parametrize("count", [1001, 1 << 20])
+def test_auto_runs_the_cost_models_best_plan(comm, count):
+    """auto's result is bit for bit that of the plan zipcoll.explain ranks first."""
     topology = topology_of(comm, "2x2nodes")
-    for spec in ("int8", "threshold:tau=1"):  # hierarchical:ring / hierarchical:allgather
-        x = rank_data("float32", 1001, comm.rank)
+    for spec in (None, "int8", "threshold:tau=1"):
+        x = rank_data("float32", count, comm.rank)
+        best = zipcoll.explain(x.nbytes, comm=comm, codec=spec, topology=topology).best
+        codec = spec if best.inter_codec else None
         got = zipcoll.allreduce(x, codec=spec, comm=comm, topology=topology)
-        ref = zipcoll.allreduce(x, algorithm="hierarchical", codec=spec, comm=comm,
+        ref = zipcoll.allreduce(x, algorithm=best.name, codec=codec, comm=comm,
                                 topology=topology)
-        np.testing.assert_array_equal(got, ref)
-        lossless = zipcoll.allreduce(x, comm=comm, topology=topology)
-        assert not np.array_equal(got, lossless), "auto did not compress across nodes"
-        parts = all_rank_data("float32", 1001, comm.size)
-        problems = check_bound(comm, parts, got, "hierarchical", topology, spec, np.float32)
-        assert not problems, "\n".join(problems)
+        np.testing.assert_array_equal(got, ref, err_msg=f"{spec}: {best}")
 
 
 def test_every_codec_is_covered():
