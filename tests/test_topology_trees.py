@@ -1,10 +1,10 @@
-"""Trees, rings and recursive-halving partners are well formed for every size 1..65."""
+"""Trees, rings and power-of-two folds are well formed for every size 1..65."""
 
 import pytest
 
 from zipcoll.topologies import (
     binary_tree, binomial_tree, double_binary_tree, pof2_fold, pof2_rank,
-    recursive_halving_partners, ring_neighbors, ring_order,
+    ring_neighbors, ring_order,
 )
 
 SIZES = range(1, 66)
@@ -114,21 +114,6 @@ def test_pof2_fold(size):
             assert (f.new_rank is None) != (folds[f.partner].new_rank is None)
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_recursive_halving_partners(size):
-    partners = {r: recursive_halving_partners(r, size) for r in range(size)}
-    for r, ps in partners.items():
-        new_rank = pof2_fold(r, size).new_rank
-        if new_rank is None:
-            assert ps == []
-            continue
-        steps = max(pof2_fold(0, size).pof2.bit_length() - 1, 0)
-        assert len(ps) == steps
-        for step, p in enumerate(ps):  # symmetric, and the distance halves each step
-            assert partners[p][step] == r
-            assert pof2_fold(p, size).new_rank ^ new_rank == 1 << (steps - 1 - step)
-
-
 @pytest.mark.parametrize("call, args", [
     (binomial_tree, (3, 3)), (binomial_tree, (0, 3, 5)), (binary_tree, (0, 0)),
     (double_binary_tree, (-1, 4)), (ring_neighbors, (4, 4)), (pof2_fold, (6, 6)), (pof2_rank, (4, 6)),
@@ -136,15 +121,3 @@ def test_recursive_halving_partners(size):
 def test_rank_out_of_range(call, args):
     with pytest.raises(ValueError, match="not in range|at least 1"):
         call(*args)
-
-
-@pytest.mark.parametrize("size", [1, 2, 5, 8, 13])
-def test_recursive_halving_block_ownership(size):
-    """Keeping the lower half when the lower new rank leaves new rank j with block j of pof2."""
-    pof2 = pof2_fold(0, size).pof2
-    for r in range(size):
-        new_rank, (lo, hi) = pof2_fold(r, size).new_rank, (0, pof2)
-        for p in recursive_halving_partners(r, size):
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if new_rank < pof2_fold(p, size).new_rank else (mid, hi)
-        assert new_rank is None or (lo, hi) == (new_rank, new_rank + 1)

@@ -9,7 +9,6 @@ from .trees import (
     double_binary_tree,
     pof2_fold,
     pof2_rank,
-    recursive_halving_partners,
     ring_neighbors,
     ring_order,
 )
@@ -18,5 +17,5 @@ __all__ = [
     "Topology", "RANKS_PER_NODE_ENV", "GRID_ENV",
     "Links", "binomial_tree", "binary_tree", "double_binary_tree",
     "ring_order", "ring_neighbors",
-    "Fold", "pof2_fold", "pof2_rank", "recursive_halving_partners",
+    "Fold", "pof2_fold", "pof2_rank",
 ]

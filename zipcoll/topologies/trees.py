@@ -13,7 +13,7 @@ from typing import NamedTuple, Sequence
 __all__ = [
     "Links", "binomial_tree", "binary_tree", "double_binary_tree",
     "ring_order", "ring_neighbors",
-    "Fold", "pof2_fold", "pof2_rank", "recursive_halving_partners",
+    "Fold", "pof2_fold", "pof2_rank",
 ]
 
 
@@ -221,19 +221,3 @@ def pof2_rank(new_rank: int, size: int) -> int:
     _check_rank(new_rank, pof2)
     rem = size - pof2
     return 2 * new_rank + 1 if new_rank < rem else new_rank + rem
-
-
-def recursive_halving_partners(rank: int, size: int) -> list[int]:
-    """Ranks `rank` exchanges with in recursive halving, step by step; [] if it folds out.
-
-    Step i pairs new ranks that differ in bit pof2 >> (i+1) (distance halving):
-    of the two, the lower new rank keeps the lower half of the blocks still in
-    play, so after log2(pof2) steps new rank j holds block j of pof2. Recursive
-    doubling (the allgather that follows) uses the same partners in reverse.
-    pof2=8: new rank 5 meets 1, 7, 4 and keeps blocks 4-7, 4-5, 5.
-    """
-    fold = pof2_fold(rank, size)
-    if fold.new_rank is None:
-        return []
-    distances = [fold.pof2 >> i for i in range(1, fold.pof2.bit_length())]
-    return [pof2_rank(fold.new_rank ^ d, size) for d in distances]
