@@ -1,9 +1,7 @@
 """Calibration on a live job, and `explain`'s ranking being the same on every rank."""
 import json
-import os
 
 import pytest
-from mpi4py import MPI
 
 from zipcoll.bench import calibrate as cal
 from zipcoll.topologies import Topology
