@@ -98,9 +98,10 @@ class Transport:
         """Start broadcasting the bytes of a contiguous array from `root` to every rank."""
         return self.comm.Ibcast([arr, MPI.BYTE], root)
 
-    def iallgather_count(self, count: int, counts: Any) -> MPI.Request:
-        """Start gathering every rank's `count` into int64 `counts`, in rank order."""
-        return self.comm.Iallgather(np.array([count], dtype=np.int64), counts)
+    def iallgather_count(self, mine: Any, counts: Any) -> MPI.Request:
+        """Start gathering every rank's count (`mine`, one int64 the caller keeps alive until
+        the request is done: MPI reads it meanwhile) into int64 `counts`, in rank order."""
+        return self.comm.Iallgather(mine, counts)
 
     def agree(self, values: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Element-wise min and max of a small integer vector over all ranks, in one Allreduce."""
@@ -110,13 +111,9 @@ class Transport:
         n = len(values)
         return out[:n], -out[n:]
 
-    def iagree(self, values: list[int]) -> tuple[MPI.Request, Any, Any]:
-        """`agree` started, not waited (one Iallreduce): (request, lows(), highs()), the two
-        read once the request is done."""
-        local = np.array(list(values) + [-v for v in values], dtype=np.int64)
-        out = np.empty_like(local)
-        n = len(values)
-        return self.comm.Iallreduce(local, out, MPI.MIN), lambda: out[:n], lambda: -out[n:]
+    def iagree(self, values: list[int]) -> "Agreement":
+        """`agree` started, not waited (one Iallreduce); read it once its request is done."""
+        return Agreement(self.comm, values)
 
     # -- scratch memory ------------------------------------------------------------
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> Any:
@@ -188,6 +185,26 @@ class Transport:
             sub.free()
         if not MPI.Is_finalized() and self.comm != MPI.COMM_NULL:
             self.comm.Free()
+
+
+class Agreement:
+    """An element-wise min and max of small integer vectors over all ranks, in flight.
+
+    It holds both buffers: mpi4py keeps no reference to a non-blocking collective's
+    buffers, and MPI reads and writes them until the request is done.
+    """
+
+    def __init__(self, comm: MPI.Comm, values: list[int]):
+        self._n = len(values)
+        self._local = np.array(list(values) + [-v for v in values], dtype=np.int64)
+        self._out = np.empty_like(self._local)
+        self.request = comm.Iallreduce(self._local, self._out, MPI.MIN)
+
+    def lows(self) -> np.ndarray:
+        return self._out[: self._n]
+
+    def highs(self) -> np.ndarray:
+        return -self._out[self._n:]
 
 
 class _ScratchView:

@@ -205,3 +205,19 @@ def test_8bit_sums_wrap_on_every_path_but_native(comm, dtype):
         if algorithm != "native":
             np.testing.assert_array_equal(zipcoll.allreduce(x, comm=comm, algorithm=algorithm),
                                           wrapped, err_msg=algorithm)
+
+
+def test_agreement_in_flight_keeps_its_buffers(comm):
+    """mpi4py keeps no reference to a non-blocking collective's buffers: the agreement must,
+    or memory freed and reused while it is in flight corrupts it (a spurious mismatch)."""
+    import gc
+
+    from zipcoll.collectives.context import context_for
+
+    values = list(range(1, 9))
+    agreement = context_for(comm).transport.iagree(values)
+    gc.collect()
+    litter = [np.full(16, -1, np.int64) for _ in range(1000)]  # same size as its buffers
+    agreement.request.Wait()
+    assert list(agreement.lows()) == values and list(agreement.highs()) == values
+    del litter

@@ -36,9 +36,9 @@ def agree(ctx: Context, signature: list[int], fields: tuple[str, ...],
     if blocking:
         lows, highs = ctx.transport.agree(signature)
     else:
-        request, lows, highs = ctx.transport.iagree(signature)
-        ctx.engine.wait_mpi(request)
-        lows, highs = lows(), highs()
+        agreement = ctx.transport.iagree(signature)
+        ctx.engine.wait_mpi(agreement.request)
+        lows, highs = agreement.lows(), agreement.highs()
     if error is not None:
         raise error
     if highs[0]:

@@ -223,8 +223,8 @@ def allgatherv_sparse(t: Transport, indices: np.ndarray, values: np.ndarray) -> 
     gathered: list = []
 
     def steps() -> Steps:
-        counts = np.zeros(t.size, np.int64)
-        yield [t.iallgather_count(indices.size, counts)]
+        mine, counts = np.array([indices.size], np.int64), np.zeros(t.size, np.int64)
+        yield [t.iallgather_count(mine, counts)]
         counts = counts.tolist()
         all_indices = np.empty(sum(counts), indices.dtype)
         all_values = np.empty(sum(counts), values.dtype)
