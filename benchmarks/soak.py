@@ -14,7 +14,7 @@ between ranks, and `--first i --calls 1` replays call i. A call picks:
   zipcoll.ALGORITHMS, two-level ones also over a named inter schedule ("hierarchical:tree");
   a layout: the found one, emulated nodes (`Topology.from_comm(comm, ranks_per_node=2)`)
   or a 2-D grid;
-- on float SUM and "mean", half the time a codec the schedule accepts (every codec of
+- on float SUM and "mean", 7 times in 10 a codec the schedule accepts (every codec of
   `zipcoll.list_codecs()`, as tests/mpi/test_compressed.py spells them; per level on
   two-level schedules), a third of those with key= (error feedback);
 - an entry point: allreduce into a recvbuf, in place or into a new array;
@@ -74,6 +74,7 @@ SENTINEL_TAIL = 3  # receive-buffer items past the count, which must stay zero
 COMMS = ("world", "dup", "halves", "odd-even", "fresh-dup")
 COMM_WEIGHTS = (0.4, 0.15, 0.15, 0.15, 0.15)
 LAYOUTS = ("found", "nodes", "grid")
+CODEC_FORMS = ("spec", "config", "object")
 ENTRIES = ("out", "inplace", "new", "intracomm", "intracomm-inplace")
 TWO_LEVEL = tuple(n for n, s in SCHEDULES.items() if s.two_level)
 FLAT = tuple(n for n, s in SCHEDULES.items() if not s.two_level)
@@ -102,6 +103,7 @@ class Call:
     layout: str = "found"
     codec: Any = None  # a spec, or {"intra": spec, "inter": spec}
     key: str | None = None
+    codec_form: str = "spec"  # how the codec is passed: a spec, a config dict or a Codec
     sparse_algorithm: str = "allgatherv"
     index_dtype: str = "int64"
     k: int | None = None
@@ -111,6 +113,7 @@ class Call:
             return (f"#{self.index} {self.kind} comm={self.comm} algorithm={self.sparse_algorithm} "
                     f"values={self.dtype} indices={self.index_dtype} size={self.count} k={self.k}")
         extra = f" codec={json.dumps(self.codec)}" if self.codec is not None else ""
+        extra += f" (as {self.codec_form})" if self.codec_form != "spec" else ""
         extra += f" key={self.key}" if self.key else ""
         return (f"#{self.index} {self.kind} comm={self.comm} algorithm={self.algorithm} "
                 f"layout={self.layout} {self.dtype}[{self.count}] op={self.op}{extra}")
@@ -147,7 +150,7 @@ def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int]) -> Draw:
 def _draw_dense(rng: np.random.Generator, index: int, comm: str, max_bytes: int, size: int,
                 batch: bool) -> Call:
     op, dtype = OP_DTYPE_CASES[int(rng.integers(len(OP_DTYPE_CASES)))]
-    codec_roll, codec_pick, key_roll, mean_roll = rng.random(4)
+    codec_roll, codec_pick, key_roll, mean_roll, form_roll = rng.random(5)
     if rng.random() < 0.5:  # most calls that can carry a codec are float sums
         dtype = FLOAT_DTYPES[int(rng.integers(len(FLOAT_DTYPES)))]
         op = "mean" if mean_roll < 0.3 else "sum"
@@ -159,11 +162,12 @@ def _draw_dense(rng: np.random.Generator, index: int, comm: str, max_bytes: int,
     layout = LAYOUTS[int(rng.integers(len(LAYOUTS)))]
     entry = ENTRIES[int(rng.integers(len(ENTRIES)))]
     codec = None
-    if op in ("sum", "mean") and dtype in FLOAT_DTYPES and codec_roll < 0.5:
+    if op in ("sum", "mean") and dtype in FLOAT_DTYPES and codec_roll < 0.7:
         codec = _draw_codec(rng, algorithm, codec_pick)
     key = f"soak/{int(rng.integers(4))}" if codec is not None and key_roll < 0.3 else None
     call = Call(index, comm, "iallreduce" if batch else entry, dtype, count, op,
-                algorithm, _fitting_layout(layout, algorithm, size), codec, key)
+                algorithm, _fitting_layout(layout, algorithm, size), codec, key,
+                CODEC_FORMS[int(form_roll * len(CODEC_FORMS))])
     if call.kind.startswith("intracomm") and (call.layout != "found" or op == "mean"):
         call.kind = "out"  # Intracomm has no topology argument; its op is an MPI.Op
     return call
@@ -293,7 +297,8 @@ def start_dense(call: Call, comm: MPI.Intracomm, topology: zipcoll.Topology | No
     s = Started(call, x, x.copy())
     op = call.op if call.op == "mean" else BY_NAME[call.op].mpi
     layout = {} if call.layout == "found" else {"topology": topology}
-    kwargs = dict(op=op, comm=comm, algorithm=call.algorithm, codec=call.codec, key=call.key,
+    codec = codec_argument(call)
+    kwargs = dict(op=op, comm=comm, algorithm=call.algorithm, codec=codec, key=call.key,
                   **layout)
     if call.kind in ("out", "intracomm"):
         s.recv = np.zeros(call.count + SENTINEL_TAIL, x.dtype)
@@ -304,7 +309,7 @@ def start_dense(call: Call, comm: MPI.Intracomm, topology: zipcoll.Topology | No
     elif call.kind == "new":
         s.result = zipcoll.allreduce(x, **kwargs)
     elif call.kind.startswith("intracomm"):
-        zcomm = zipcoll.Intracomm(comm, algorithm=call.algorithm, codec=call.codec)
+        zcomm = zipcoll.Intracomm(comm, algorithm=call.algorithm, codec=codec)
         if call.kind == "intracomm":
             zcomm.Allreduce(x, s.recv, op=op)
         else:
@@ -313,6 +318,19 @@ def start_dense(call: Call, comm: MPI.Intracomm, topology: zipcoll.Topology | No
         s.recv = np.zeros(call.count + SENTINEL_TAIL, x.dtype) if call.index % 2 else None
         s.request = zipcoll.iallreduce(x, s.recv, **kwargs)
     return s
+
+
+def codec_argument(call: Call) -> Any:
+    """The call's codec as `codec=` takes it: a spec, a config dict or a Codec (per level)."""
+    def form(spec: Any) -> Any:
+        if call.codec_form == "spec":
+            return spec
+        codec = zipcoll.get_codec(spec)
+        return codec.get_config() if call.codec_form == "config" else codec
+
+    if isinstance(call.codec, dict):
+        return {level: form(spec) for level, spec in call.codec.items()}
+    return None if call.codec is None else form(call.codec)
 
 
 def result_of(s: Started) -> np.ndarray:
