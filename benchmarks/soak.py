@@ -20,7 +20,7 @@ between ranks, and `--first i --calls 1` replays call i. A call picks:
 - an entry point: allreduce into a recvbuf, in place or into a new array;
   zipcoll.Intracomm(...).Allreduce, in place or not; or a batch of 2-6 iallreduce calls
   completed by wait() or by polling test(), in a random order per rank (--orders same:
-  the same order on every rank);
+  the same order on every rank); with --many N, one batch in 25 has N small calls;
 - or sparse_allgather / sparse_allreduce ("allgatherv" or "gtopk") where some ranks hold
   no pairs.
 
@@ -82,6 +82,7 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 # level-1 codecs of two-level schedules: carried by a per-hop ring
 INTRA_SPECS = tuple(s for s in ALL_SPECS.values() if SCHEDULES["ring"].accepts(zipcoll.get_codec(s)))
 # sparse collectives: kept small, the gtopk reference is a Python loop
+MANY_MAX_BYTES = 4 << 10  # the calls of a batch of `--many` outstanding
 SPARSE_VALUE_DTYPES = ("int32", "int64", "float32", "float64")
 SPARSE_MAX_SIZE = 1 << 20
 SPARSE_MAX_NNZ = {"allgatherv": 1 << 16, "gtopk": 2048}
@@ -127,8 +128,11 @@ class Draw:
     completion: str = "wait"  # a batch: "wait" each in turn, or "test" them round-robin
 
 
-def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int]) -> Draw:
+def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int],
+         many: int = 0) -> Draw:
     """The unit of work starting at call `index` (from the seed and index alone).
+
+    One batch in 25 has `many` small calls outstanding at once (0: none such).
 
     `sizes`: this rank's size of each communicator. Choices that do not fit a
     communicator's size are made deterministically from it, after every random number
@@ -140,8 +144,9 @@ def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int]) -> Draw:
     if what < 0.08:
         return Draw([_draw_sparse(rng, index, comm, max_bytes)])
     if what < 0.2:
-        n = int(rng.integers(2, 7))
-        calls = [_draw_dense(rng, index + j, comm, max_bytes, sizes[comm], batch=True)
+        n, crowd = int(rng.integers(2, 7)), rng.random() < 0.04 and many > 0
+        n, most = (many, min(max_bytes, MANY_MAX_BYTES)) if crowd else (n, max_bytes)
+        calls = [_draw_dense(rng, index + j, comm, most, sizes[comm], batch=True)
                  for j in range(n)]
         return Draw(calls, completion=("wait", "test")[int(rng.integers(2))])
     return Draw([_draw_dense(rng, index, comm, max_bytes, sizes[comm], batch=False)])
@@ -466,6 +471,7 @@ class Options:
     max_bytes: int = 16 << 20
     first: int = 0
     orders: str = "per-rank"  # or "same"
+    many: int = 0  # calls outstanding at once in one batch in 25 (0: never)
     timeout: float | None = 300.0  # seconds a call or batch may take; None: no watchdog
     rss_every: int = 100
     warmup: int | None = None  # calls before the RSS baseline (default: a fifth)
@@ -545,7 +551,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
     next_sample = options.rss_every
     try:
         while index < end:
-            unit = draw(options.seed, index, options.max_bytes, comms.sizes)
+            unit = draw(options.seed, index, options.max_bytes, comms.sizes, options.many)
             unit.calls = unit.calls[:end - index]
             if watchdog:
                 watchdog.arm(" + ".join(str(c) for c in unit.calls))
@@ -686,13 +692,15 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--orders", choices=("per-rank", "same"), default="per-rank",
                         help="non-blocking batches: each rank its own completion order, "
                              "or the same on every rank")
+    parser.add_argument("--many", type=int, default=0,
+                        help="one batch in 25: this many small calls outstanding (default 0: none)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds one call or batch may take before the job is ended")
     parser.add_argument("--rss-every", type=int, default=100, help="calls between RSS samples")
     parser.add_argument("--warmup", type=int, help="calls before the RSS baseline (default calls/5)")
     parser.add_argument("--out", help="folder for soak.json")
     args = parser.parse_args(argv)
-    return Options(args.calls, args.seed, args.max_bytes, args.first, args.orders,
+    return Options(args.calls, args.seed, args.max_bytes, args.first, args.orders, args.many,
                    args.timeout or None, args.rss_every, args.warmup, args.out)
 
 
