@@ -114,7 +114,7 @@ class Call:
             return (f"#{self.index} {self.kind} comm={self.comm} algorithm={self.sparse_algorithm} "
                     f"values={self.dtype} indices={self.index_dtype} size={self.count} k={self.k}")
         extra = f" codec={json.dumps(self.codec)}" if self.codec is not None else ""
-        extra += f" (as {self.codec_form})" if self.codec_form != "spec" else ""
+        extra += f" (as {self.codec_form})" if self.codec is not None and self.codec_form != "spec" else ""
         extra += f" key={self.key}" if self.key else ""
         return (f"#{self.index} {self.kind} comm={self.comm} algorithm={self.algorithm} "
                 f"layout={self.layout} {self.dtype}[{self.count}] op={self.op}{extra}")
@@ -554,7 +554,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
             unit = draw(options.seed, index, options.max_bytes, comms.sizes, options.many)
             unit.calls = unit.calls[:end - index]
             if watchdog:
-                watchdog.arm(" + ".join(str(c) for c in unit.calls))
+                watchdog.arm(describe(unit))
             _run_unit(unit, comms, options, tally)
             if watchdog:
                 watchdog.disarm()
@@ -570,6 +570,14 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
     gc.collect()
     tally.rss.append((tally.calls, rss_kib()))
     return tally
+
+
+def describe(unit: Draw) -> str:
+    """The calls of a unit (the first few of a big batch)."""
+    text = " + ".join(str(c) for c in unit.calls[:6])
+    more = len(unit.calls) - 6
+    return text + (f" + {more} more iallreduce" if more > 0 else "") + (
+        f" (batch completed by {unit.completion})" if len(unit.calls) > 1 else "")
 
 
 def _run_unit(unit: Draw, comms: Communicators, options: Options, tally: Tally) -> None:
