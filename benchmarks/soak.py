@@ -360,24 +360,13 @@ def check_dense(s: Started, comm: MPI.Intracomm, topology: zipcoll.Topology) -> 
         problems.append("allreduce did not return recvbuf")
     ref_op = "sum" if call.op == "mean" else call.op
     ref = expected(comm, s.sent, ref_op)  # every rank, whatever the check below needs
-    codec_used = call.codec is not None and _compresses(call, s.sent, topology)
-    if codec_used:
-        problems += _check_lossy(call, comm, topology, got)
+    plan = make_plan(s.sent, None, call.op, call.algorithm,
+                     call.codec, None, topology)  # what the call resolved to
+    if plan.codec is not None or plan.intra_codec is not None:  # auto: across nodes only
+        problems += _check_lossy(call, comm, topology, got, plan.name)
     else:
         problems += _check_lossless(call, comm, got, ref)
     return problems
-
-
-def _compresses(call: Call, x: np.ndarray, topology: zipcoll.Topology) -> bool:
-    """Whether the resolved plan encodes at all (auto compresses only across nodes)."""
-    op = call.op if call.op == "mean" else BY_NAME[call.op].mpi
-    plan = make_plan(x, None, op, call.algorithm, call.codec, None, topology)
-    return plan.codec is not None or plan.intra_codec is not None
-
-
-def _resolved(call: Call, x: np.ndarray, topology: zipcoll.Topology) -> str:
-    op = call.op if call.op == "mean" else BY_NAME[call.op].mpi
-    return make_plan(x, None, op, call.algorithm, call.codec, None, topology).name
 
 
 def _check_lossless(call: Call, comm: MPI.Intracomm, got: np.ndarray,
@@ -394,7 +383,7 @@ def _check_lossless(call: Call, comm: MPI.Intracomm, got: np.ndarray,
 
 
 def _check_lossy(call: Call, comm: MPI.Intracomm, topology: zipcoll.Topology,
-                 got: np.ndarray) -> list[str]:
+                 got: np.ndarray, algorithm: str) -> list[str]:
     """Finite; within test_compressed's bound where it bounds the codec and there is no key."""
     if not np.all(np.isfinite(got)):
         return ["non-finite result from finite input"]
@@ -402,7 +391,6 @@ def _check_lossy(call: Call, comm: MPI.Intracomm, topology: zipcoll.Topology,
     if call.key is not None or any(spec not in BOUNDED.values() for spec in levels):
         return []
     parts = [dense_input(call, r) for r in range(comm.Get_size())]
-    algorithm = _resolved(call, parts[comm.Get_rank()], topology)
     problems = check_bound(comm, parts, got, algorithm, topology, call.codec,
                            np.dtype(call.dtype), mean=call.op == "mean")
     # fp16 of float16 data (and bf16 of partial sums that fit) can be exact: not a problem
