@@ -35,7 +35,7 @@ A watchdog ends the job (MPI Abort, exit status 3) when one call or batch takes 
 than --timeout seconds, after printing it and every thread's stack. VmRSS is read from
 /proc/self/status every --rss-every calls. The summary (calls by kind, mismatches,
 hangs, RSS at the start, after --warmup calls and at the end, per rank) is printed by
-rank 0 and written with every problem to DIR/soak.json.
+rank 0 and written to DIR/summary.txt, with every problem and RSS sample to DIR/soak.json.
 """
 from __future__ import annotations
 
@@ -661,21 +661,23 @@ def _rss_report(samples: list[tuple[int, int]], warm: int) -> dict:
             "growth_after_warmup": mib(samples[-1][1] - after)}
 
 
-def print_summary(report: dict) -> None:
-    print(f"soak: {report['calls']} calls on {report['ranks']} ranks in {report['seconds']} s "
-          f"(load average start/end {report['load_average_start_end']})")
+def format_summary(report: dict) -> str:
+    lines = [f"soak: {report['calls']} calls on {report['ranks']} ranks in {report['seconds']} s "
+             f"(load average start/end {report['load_average_start_end']})",
+             f"command: {report['command']}"]
     for title in ("kind", "algorithm", "codec", "comm", "dtype", "op"):
         counts = report[f"calls_by_{title}"]
-        print(f"  by {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    print(f"mismatches: {report['calls_with_problems']} calls with problems "
-          f"({len(report['problems'])} reports)")
-    for p in report["problems"][:30]:
-        print(f"  rank {p['rank']}: {p['call']}: {p['problem']}")
-    print(f"hangs: {report['hangs']}")
-    print("RSS MiB per rank (start / after warm-up / end / max after warm-up; growth after warm-up):")
-    for rank, r in enumerate(report["rss_mib"]):
-        print(f"  rank {rank}: {r['start']} / {r['after_warmup']} / {r['end']} / "
-              f"{r['max_after_warmup']}; {r['growth_after_warmup']:+}")
+        lines.append(f"  by {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    lines.append(f"mismatches: {report['calls_with_problems']} calls with problems "
+                 f"({len(report['problems'])} reports)")
+    lines += [f"  rank {p['rank']}: {p['call']}: {p['problem']}" for p in report["problems"][:30]]
+    lines.append(f"hangs: {report['hangs']}")
+    lines.append("RSS MiB per rank (start / after warm-up / end / max after warm-up; "
+                 "growth after warm-up):")
+    lines += [f"  rank {rank}: {r['start']} / {r['after_warmup']} / {r['end']} / "
+              f"{r['max_after_warmup']}; {r['growth_after_warmup']:+}"
+              for rank, r in enumerate(report["rss_mib"])]
+    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> Options:
@@ -716,9 +718,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = summarize(tallies, options, seconds, tuple(round(v, 2) for v in load))
     report["machine"] = machine()
-    print_summary(report)
+    summary = format_summary(report)
+    print(summary, flush=True)
     if options.out:
         Path(options.out, "soak.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        Path(options.out, "summary.txt").write_text(summary + "\n")
     return 1 if report["problems"] else 0
 
 
