@@ -61,7 +61,8 @@ for _path in (ROOT / "tests", ROOT / "tests" / "mpi"):  # the checks the tests m
         sys.path.insert(0, str(_path))
 
 import zipcoll  # noqa: E402
-from arrays import OP_DTYPE_CASES, differing_across_ranks, expected, mismatch, rank_data  # noqa: E402
+from arrays import (OP_DTYPE_CASES, differing_across_ranks, expected, mismatch,  # noqa: E402
+                    rank_data)
 from test_compressed import ALL_SPECS, BOUNDED, accepted, check_bound  # noqa: E402
 from test_sparse import as_pairs, dense_of, serial_gtopk  # noqa: E402
 from zipcoll.bench.timing import machine, parse_size  # noqa: E402
@@ -80,7 +81,8 @@ TWO_LEVEL = tuple(n for n, s in SCHEDULES.items() if s.two_level)
 FLAT = tuple(n for n, s in SCHEDULES.items() if not s.two_level)
 FLOAT_DTYPES = ("float16", "float32", "float64")
 # level-1 codecs of two-level schedules: carried by a per-hop ring
-INTRA_SPECS = tuple(s for s in ALL_SPECS.values() if SCHEDULES["ring"].accepts(zipcoll.get_codec(s)))
+INTRA_SPECS = tuple(s for s in ALL_SPECS.values()
+                    if SCHEDULES["ring"].accepts(zipcoll.get_codec(s)))
 # sparse collectives: kept small, the gtopk reference is a Python loop
 MANY_MAX_BYTES = 4 << 10  # the calls of a batch of `--many` outstanding
 SPARSE_VALUE_DTYPES = ("int32", "int64", "float32", "float64")
@@ -114,7 +116,8 @@ class Call:
             return (f"#{self.index} {self.kind} comm={self.comm} algorithm={self.sparse_algorithm} "
                     f"values={self.dtype} indices={self.index_dtype} size={self.count} k={self.k}")
         extra = f" codec={json.dumps(self.codec)}" if self.codec is not None else ""
-        extra += f" (as {self.codec_form})" if self.codec is not None and self.codec_form != "spec" else ""
+        if self.codec is not None and self.codec_form != "spec":
+            extra += f" (as {self.codec_form})"
         extra += f" key={self.key}" if self.key else ""
         return (f"#{self.index} {self.kind} comm={self.comm} algorithm={self.algorithm} "
                 f"layout={self.layout} {self.dtype}[{self.count}] op={self.op}{extra}")
@@ -606,9 +609,11 @@ def _run_checked(unit: Draw, comm: MPI.Intracomm, comms: Communicators, options:
     if call.kind == "iallreduce":
         order = _completion_order(unit, comm, options)
         try:
-            complete([s for s, _ in started], unit.completion, [i for i in order if i < len(started)])
+            complete([s for s, _ in started], unit.completion,
+                     [i for i in order if i < len(started)])
         except Exception as exc:  # noqa: BLE001
-            return problems + [(call, f"completing the batch raised {type(exc).__name__}: {exc}")], {}
+            why = f"completing the batch raised {type(exc).__name__}: {exc}"
+            return problems + [(call, why)], {}
     for s, topology in started:
         problems += [(s.call, p) for p in check_dense(s, comm, topology)]
         results[str(s.call)] = result_of(s)
@@ -618,7 +623,8 @@ def _run_checked(unit: Draw, comm: MPI.Intracomm, comms: Communicators, options:
 def _completion_order(unit: Draw, comm: MPI.Intracomm, options: Options) -> list[int]:
     """The order this rank completes a batch in: its own, or the same on every rank."""
     mine = options.orders == "per-rank"
-    rng = np.random.default_rng([options.seed, unit.calls[0].index, comm.Get_rank() + 1 if mine else 0])
+    who = comm.Get_rank() + 1 if mine else 0
+    rng = np.random.default_rng([options.seed, unit.calls[0].index, who])
     return [int(i) for i in rng.permutation(len(unit.calls))]
 
 
@@ -695,7 +701,8 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds one call or batch may take before the job is ended")
     parser.add_argument("--rss-every", type=int, default=100, help="calls between RSS samples")
-    parser.add_argument("--warmup", type=int, help="calls before the RSS baseline (default calls/5)")
+    parser.add_argument("--warmup", type=int,
+                        help="calls before the RSS baseline (default calls/5)")
     parser.add_argument("--out", help="folder for soak.json")
     args = parser.parse_args(argv)
     return Options(args.calls, args.seed, args.max_bytes, args.first, args.orders, args.many,
