@@ -465,6 +465,7 @@ class Options:
     many: int = 0  # calls outstanding at once in one batch in 25 (0: never)
     timeout: float | None = 300.0  # seconds a call or batch may take; None: no watchdog
     rss_every: int = 100
+    progress: int = 0  # rank 0 prints a line every this many calls (0: never)
     warmup: int | None = None  # calls before the RSS baseline (default: a fifth)
     out: str | None = None
 
@@ -539,7 +540,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
     tally = Tally()
     tally.rss.append((0, rss_kib()))
     index, end = options.first, options.first + options.calls
-    next_sample = options.rss_every
+    next_sample, next_report, start = options.rss_every, options.progress, time.monotonic()
     try:
         while index < end:
             unit = draw(options.seed, index, options.max_bytes, comms.sizes, options.many)
@@ -554,6 +555,11 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
                 gc.collect()
                 tally.rss.append((tally.calls, rss_kib()))
                 next_sample += options.rss_every
+            if options.progress and rank == 0 and tally.calls >= next_report:
+                print(f"soak: {tally.calls} calls, {time.monotonic() - start:.0f} s, "
+                      f"{len(tally.problems)} problems, RSS {tally.rss[-1][1] >> 10} MiB",
+                      flush=True)
+                next_report += options.progress
     finally:
         if watchdog:
             watchdog.disarm()
@@ -701,12 +707,14 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds one call or batch may take before the job is ended")
     parser.add_argument("--rss-every", type=int, default=100, help="calls between RSS samples")
+    parser.add_argument("--progress", type=int, default=1000,
+                        help="rank 0 prints a line every this many calls (0: never)")
     parser.add_argument("--warmup", type=int,
                         help="calls before the RSS baseline (default calls/5)")
     parser.add_argument("--out", help="folder for soak.json")
     args = parser.parse_args(argv)
     return Options(args.calls, args.seed, args.max_bytes, args.first, args.orders, args.many,
-                   args.timeout or None, args.rss_every, args.warmup, args.out)
+                   args.timeout or None, args.rss_every, args.progress, args.warmup, args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
