@@ -557,7 +557,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
                 next_sample += options.rss_every
             if options.progress and rank == 0 and tally.calls >= next_report:
                 print(f"soak: {tally.calls} calls, {time.monotonic() - start:.0f} s, "
-                      f"{len(tally.problems)} problems, RSS {tally.rss[-1][1] >> 10} MiB",
+                      f"{len(tally.problems)} problems, RSS {rss_kib() >> 10} MiB",
                       flush=True)
                 next_report += options.progress
     finally:
