@@ -8,3 +8,4 @@ python3 -m venv .venv
 export PATH="$PWD/.venv/bin:$PATH"
 source scripts/mpienv.sh
 mpiexec -n 2 zipcoll-bench allreduce -m 1M:64M --algorithm ring -f "$@"
+echo "# Next (README, Use): source .venv/bin/activate; source scripts/mpienv.sh; mpiexec -n 4 python script.py"

@@ -4,6 +4,7 @@
 - With ZIPCOLL_TEST_LOG=path (set by tests/run.py), each test's start and outcome are
   appended to that file as they happen, one JSON object a line, so a run that dies
   (a timeout's os._exit, a crashed rank) still tells what passed and what was running.
+  The last line also holds pytest's own counts, which tests/run.py checks its own against.
 """
 import json
 import os
@@ -34,8 +35,19 @@ if _LOG:
                  outcome=report.outcome)
 
     def pytest_collectreport(report):
-        if report.failed:
-            _log(event="report", nodeid=report.nodeid, when="collect", outcome="failed")
+        # a module that fails to import is an error, one that skips itself a skip (as pytest)
+        if not report.passed:
+            _log(event="report", nodeid=report.nodeid, when="collect", outcome=report.outcome)
 
     def pytest_sessionfinish(session, exitstatus):
-        _log(event="finish", exitstatus=int(exitstatus))
+        _log(event="finish", exitstatus=int(exitstatus), pytest_counts=_pytest_counts(session))
+
+
+def _pytest_counts(session) -> dict | None:
+    """pytest's own tallies (its summary line), so tests/run.py can check its counts."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return None
+    return {key: sum(getattr(r, "count_towards_summary", True) for r in reports)
+            for key, reports in reporter.stats.items()
+            if key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed")}

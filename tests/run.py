@@ -8,10 +8,12 @@
 
 Only rank 0's pytest output is shown; the other ranks write theirs to log files that
 are printed when their run fails. Counts come from rank 0's test log (ZIPCOLL_TEST_LOG,
-written by tests/conftest.py as tests finish, so a run that dies still has them). Each
-run has a wall-clock limit (--run-timeout), so a hang becomes a failure, not a stall.
-The last line is "N passed, N failed, N skipped"; the exit status is non-zero when any
-run failed, errored, crashed or timed out (a run that collects no tests is fine).
+written by tests/conftest.py as tests finish, so a run that dies still has them); a run
+whose counts differ from pytest's own summary fails, so nothing else can write into the
+log unnoticed. Each run has a wall-clock limit (--run-timeout), so a hang becomes a
+failure, not a stall. The last line is "N passed, N failed, N skipped"; the exit status
+is non-zero when any run failed, errored, crashed or timed out (a run that collects no
+tests is fine).
 """
 from __future__ import annotations
 
@@ -182,15 +184,15 @@ def run(name: str, cmd: list[str], log: Path, env: dict, limit: float) -> Outcom
         if isinstance(exc, KeyboardInterrupt):
             raise
         status, problem = None, f"timed out after {limit:.0f} s (killed)"
-    outcome, finished, running = read_log(name, log)
+    outcome, finish, running = read_log(name, log)
     outcome.seconds = time.monotonic() - start
     if running:
         problem = (problem or f"died (exit status {status})") + f" during {running}"
-    elif not problem and not finished:
+    elif not problem and finish is None:
         problem = f"died before running any test (exit status {status})"
     elif not problem and status not in (0, NO_TESTS_COLLECTED) and outcome.ok:
         problem = f"exit status {status} with no failed test (a rank failed outside pytest?)"
-    outcome.problem = problem
+    outcome.problem = problem or miscount(outcome, finish)
     if problem:
         print(f"\n!!! {name}: {problem}", flush=True)
     return outcome
@@ -208,12 +210,12 @@ def kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def read_log(name: str, log: Path) -> tuple[Outcome, bool, str]:
-    """Counts from a ZIPCOLL_TEST_LOG file (see tests/conftest.py), whether the session
-    finished, and the test that was running when the log ends."""
-    outcome, finished, running = Outcome(name), False, ""
+def read_log(name: str, log: Path) -> tuple[Outcome, dict | None, str]:
+    """Counts from a ZIPCOLL_TEST_LOG file (see tests/conftest.py), the session's finish
+    entry (None if it did not finish), and the test that was running when the log ends."""
+    outcome, finish, running = Outcome(name), None, ""
     if not log.exists():
-        return outcome, finished, running
+        return outcome, finish, running
     for line in log.read_text().splitlines():
         try:
             entry = json.loads(line)
@@ -222,7 +224,7 @@ def read_log(name: str, log: Path) -> tuple[Outcome, bool, str]:
         if entry["event"] == "start":
             running = entry["nodeid"]
         elif entry["event"] == "finish":
-            finished, running = True, ""
+            finish, running = entry, ""
         elif entry["outcome"] == "skipped":
             outcome.skipped += 1
         elif entry["outcome"] == "passed":
@@ -231,7 +233,21 @@ def read_log(name: str, log: Path) -> tuple[Outcome, bool, str]:
             outcome.failed += 1
         else:
             outcome.errors += 1
-    return outcome, finished, running
+    return outcome, finish, running
+
+
+def miscount(outcome: Outcome, finish: dict | None) -> str:
+    """Why the log's counts differ from pytest's own summary line, or "" if they agree
+    (they differ when something else wrote into the log, e.g. a nested pytest run)."""
+    counts = (finish or {}).get("pytest_counts")
+    if counts is None:
+        return ""
+    pytest_says = Outcome(outcome.name, counts.get("passed", 0) + counts.get("xpassed", 0),
+                          counts.get("failed", 0), counts.get("skipped", 0) + counts.get("xfailed", 0),
+                          counts.get("error", 0))
+    if pytest_says.counts() == outcome.counts():
+        return ""
+    return f"the test log counts {outcome.counts()} but pytest counted {pytest_says.counts()}"
 
 
 def show_rank_logs(logs: Path) -> None:

@@ -103,4 +103,4 @@ def test_missing_matplotlib_names_the_extra(suite_json, monkeypatch, capsys):
 
 def test_registered_as_subcommand():
     from zipcoll.bench import COMMANDS
-    assert COMMANDS["plot"] == "zipcoll.bench.plot"
+    assert COMMANDS["plot"][0] == "zipcoll.bench.plot"

@@ -21,6 +21,8 @@ SPECS = ["fp16", "bf16", "none", "int8", "int8:block=16", "int4", "int2",
 if not SIMULATED:
     def test_cuda_kernels_under_the_simulator():
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        # the inner run is this one test, not hundreds: keep it out of tests/run.py's log
+        env.pop("ZIPCOLL_TEST_LOG", None)
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               __file__], env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

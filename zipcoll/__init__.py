@@ -8,16 +8,19 @@
     comm = zipcoll.Intracomm(MPI.COMM_WORLD)   # drop-in: comm.Allreduce(...) is zipcoll's
 """
 from zipcoll.codecs import get_codec, list_codecs
-from zipcoll.collectives import (ALGORITHMS, Intracomm, Request, allreduce, iallreduce,
-                                 sparse_allgather, sparse_allreduce)
+from zipcoll.collectives import (ALGORITHMS, SCHEDULES, Intracomm, Request, allreduce,
+                                 iallreduce, sparse_allgather, sparse_allreduce)
+from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import MismatchError, MissingDependencyError, ZipcollError
+from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
-    "Topology", "ZipcollError", "allreduce", "feedback", "get_codec", "iallreduce",
-    "list_codecs", "sparse_allgather", "sparse_allreduce",
+    "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "feedback",
+    "get_codec", "iallreduce", "list_codecs", "sparse_allgather", "sparse_allreduce",
+    "testall", "waitall", "waitany",
 ]

@@ -13,11 +13,15 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-# Tags wrap within the smallest upper bound MPI guarantees (MPI_TAG_UB >= 32767);
-# each call gets TAGS_PER_CALL consecutive tags for sub-schedules that run side by side.
+# Each call gets a block of TAGS_PER_CALL consecutive tags, for its slices and for
+# sub-schedules that run side by side; blocks are used in turn up to the MPI's MPI_TAG_UB
+# (ZIPCOLL_TAG_BLOCKS lowers the count, to test the wrap), and a block still held by a
+# call in flight is never handed out again.
 TAGS_PER_CALL = 256
-_TAG_LIMIT = 32768
-_SCRATCH_KEPT = 16  # scratch buffers kept per device between calls (pipelined slices)
+# Scratch kept between calls, per device: buffers used in the last _SCRATCH_IDLE_CALLS
+# calls, the latest always and the others up to SCRATCH_BYTES in all.
+SCRATCH_BYTES = int(os.environ.get("ZIPCOLL_SCRATCH_BYTES", 64 << 20))
+_SCRATCH_IDLE_CALLS = 32
 
 
 class Transport:
@@ -28,13 +32,30 @@ class Transport:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self._calls = 0
+        self._tag_blocks = _tag_blocks(comm)
+        self._held_tags: set[int] = set()
         self._scratch: dict[str, list[Any]] = {}
         self._subs: dict[Any, tuple["Transport", ...]] = {}
 
     def next_tag(self) -> int:
-        """The first of TAGS_PER_CALL tags for one call: calls in flight never share one."""
+        """The first of TAGS_PER_CALL tags of the next call (every rank counts calls alike).
+
+        The caller waits while `tag_held(tag)`, then holds it until the call ends.
+        """
         self._calls += 1
-        return (self._calls * TAGS_PER_CALL) % _TAG_LIMIT
+        return (self._calls % self._tag_blocks) * TAGS_PER_CALL
+
+    def tag_held(self, tag: int) -> bool:
+        """Whether a call in flight still holds the block starting at `tag`."""
+        return tag in self._held_tags
+
+    def holding_tag(self, tag: int, steps: Any) -> Any:
+        """`steps`, holding the tag block from now until they end (or are dropped)."""
+        self._held_tags.add(tag)
+        try:
+            yield from steps
+        finally:
+            self._held_tags.discard(tag)
 
     # -- point to point ------------------------------------------------------------
     def isend(self, arr: Any, dest: int, tag: int) -> MPI.Request:
@@ -77,34 +98,56 @@ class Transport:
         """Start broadcasting the bytes of a contiguous array from `root` to every rank."""
         return self.comm.Ibcast([arr, MPI.BYTE], root)
 
-    def allgather_counts(self, count: int) -> list[int]:
-        """Every rank's `count`, in rank order."""
-        counts = np.empty(self.size, dtype=np.int64)
-        self.comm.Allgather(np.array([count], dtype=np.int64), counts)
-        return counts.tolist()
+    def iallgather_count(self, count: int, counts: Any) -> MPI.Request:
+        """Start gathering every rank's `count` into int64 `counts`, in rank order."""
+        return self.comm.Iallgather(np.array([count], dtype=np.int64), counts)
 
     def agree(self, values: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Element-wise min and max of small integer vectors over all ranks, in one call."""
+        """Element-wise min and max of a small integer vector over all ranks, in one Allreduce."""
         local = np.array(list(values) + [-v for v in values], dtype=np.int64)
         out = np.empty_like(local)
         self.comm.Allreduce(local, out, MPI.MIN)
         n = len(values)
         return out[:n], -out[n:]
 
+    def iagree(self, values: list[int]) -> tuple[MPI.Request, Any, Any]:
+        """`agree` started, not waited (one Iallreduce): (request, lows(), highs()), the two
+        read once the request is done."""
+        local = np.array(list(values) + [-v for v in values], dtype=np.int64)
+        out = np.empty_like(local)
+        n = len(values)
+        return self.comm.Iallreduce(local, out, MPI.MIN), lambda: out[:n], lambda: -out[n:]
+
     # -- scratch memory ------------------------------------------------------------
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> Any:
         """A scratch array of `count` items, reused across calls (first touch is costly)."""
         nbytes = count * np.dtype(dtype).itemsize
         pool = self._scratch.setdefault(xp.__name__, [])
-        fitting = [i for i, raw in enumerate(pool) if raw.size >= nbytes]
-        raw = pool.pop(fitting[0]) if fitting else xp.empty(max(nbytes, 8), dtype=np.uint8)
+        # not much larger than needed, so that a large buffer left idle can be dropped
+        fitting = [i for i, (raw, _) in enumerate(pool)
+                   if nbytes <= raw.size <= max(4 * nbytes, 1 << 20)]
+        if fitting:
+            raw = pool.pop(min(fitting, key=lambda i: pool[i][0].size))[0]
+        else:
+            raw = xp.empty(max(nbytes, 8), dtype=np.uint8)
         return _ScratchView(raw, count, dtype)
 
     def give_back(self, scratch: "_ScratchView", xp: Any = np) -> None:
-        """Return a borrowed scratch array to the pool."""
+        """Return a borrowed scratch array to the pool, which then drops what it should not keep."""
         pool = self._scratch.setdefault(xp.__name__, [])
-        if len(pool) < _SCRATCH_KEPT:
-            pool.append(scratch.raw)
+        pool.append((scratch.raw, self._calls))
+        recent = [(raw, used) for raw, used in pool if used >= self._calls - _SCRATCH_IDLE_CALLS]
+        recent.sort(key=lambda entry: -entry[1])  # most recently used first
+        kept, total = [], 0
+        for raw, used in recent:  # the latest is kept whatever its size: calls repeat
+            if not kept or total + raw.size <= SCRATCH_BYTES:
+                kept.append((raw, used))
+                total += raw.size
+        pool[:] = kept
+
+    def scratch_bytes(self) -> int:
+        """Bytes of scratch held between calls (every device)."""
+        return sum(raw.size for pool in self._scratch.values() for raw, _ in pool)
 
     def split(self, layout: Any, colors: tuple[int, ...]) -> tuple["Transport", ...]:
         """Transports over sub-communicators, one per color of this rank (rank order kept).
@@ -117,12 +160,20 @@ class Transport:
                                        for color in colors)
         return self._subs[layout]
 
+    def has_split(self, layout: Any) -> bool:
+        """Whether `split(layout, ...)` is cached (so not collective)."""
+        return layout in self._subs
+
     def reordered(self, order: list[int]) -> "Transport":
         """A transport whose rank i is rank order[i] of this one (collective once, cached)."""
         key = ("order", tuple(order))
         if key not in self._subs:
             self._subs[key] = (Transport(self.comm.Split(0, key=order.index(self.rank))),)
         return self._subs[key][0]
+
+    def has_reordered(self, order: list[int]) -> bool:
+        """Whether `reordered(order)` is cached (so not collective)."""
+        return ("order", tuple(order)) in self._subs
 
     def ranks_sharing_memory(self) -> int:
         """Ranks of this communicator in this rank's shared-memory domain."""
@@ -170,6 +221,14 @@ def transport_for(comm: MPI.Comm) -> Transport:
 
 def _delete_transport(comm: MPI.Comm, keyval: int, transport: Transport) -> None:
     transport.free()
+
+
+def _tag_blocks(comm: MPI.Comm) -> int:
+    """How many tag blocks this communicator's MPI offers (and ZIPCOLL_TAG_BLOCKS allows)."""
+    upper = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767  # predefined on COMM_WORLD
+    blocks = (upper + 1) // TAGS_PER_CALL
+    limit = os.environ.get("ZIPCOLL_TAG_BLOCKS")
+    return max(2, min(blocks, int(limit))) if limit else blocks
 
 
 def gather_placement(comm: MPI.Comm, extra: Any) -> list[tuple]:

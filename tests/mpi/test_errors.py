@@ -2,7 +2,7 @@
 
 Where every rank passes the same bad arguments, each raises the reason itself (with or
 without the agreement check). Where ranks disagree, or only one rank's arguments are
-bad, the agreement check (every algorithm but native; native too with ZIPCOLL_DEBUG=1)
+bad, the agreement check (on by default for every algorithm, native and auto included)
 makes the others raise MismatchError instead of waiting. Each test ends with a good call,
 to show the communicator is still in step.
 """
@@ -18,7 +18,7 @@ from zipcoll.errors import MismatchError
 
 pytestmark = pytest.mark.mpi
 
-CHECKED = ("ring", "tree", "dbtree", "rabenseifner")  # run the agreement check
+CHECKED = ("auto", "native", "ring", "tree", "dbtree", "rabenseifner")
 N = 16
 
 
@@ -119,25 +119,33 @@ def disagreeing(comm, field: str):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("common", ["ring", "native", "auto"])
 @pytest.mark.parametrize("field", ["count", "dtype", "op", "algorithm"])
-def test_disagreement_raises_mismatch_on_every_rank(comm, field):
+def test_disagreement_raises_mismatch_on_every_rank(comm, field, common):
     send, recv, op, algorithm = disagreeing(comm, field)
+    algorithm = algorithm.replace("ring", common)
     error = raised(lambda: zipcoll.allreduce(send, recv, op=op, comm=comm, algorithm=algorithm))
     assert isinstance(error, MismatchError), repr(error)
     assert field in str(error)
+    assert "rank 0" in str(error) and "rank" + "s" * (comm.size > 2) in str(error)
     assert np.all(recv == -7)
-    assert_still_in_step(comm, "ring")
+    assert_still_in_step(comm, common)
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("field", ["count", "dtype", "op", "algorithm"])
-def test_disagreement_on_native_is_caught_in_debug_mode(comm, monkeypatch, field):
-    monkeypatch.setenv("ZIPCOLL_DEBUG", "1")
-    send, recv, op, algorithm = disagreeing(comm, field)
-    algorithm = algorithm.replace("ring", "native")  # the others run native
-    error = raised(lambda: zipcoll.allreduce(send, recv, op=op, comm=comm, algorithm=algorithm))
-    assert isinstance(error, MismatchError), repr(error)
-    assert np.all(recv == -7)
+def test_mismatch_names_what_each_rank_had(comm):
+    count = 17 if comm.rank == 0 else 16
+    error = raised(lambda: zipcoll.allreduce(np.ones(count, np.float32), comm=comm))
+    assert isinstance(error, MismatchError)
+    assert "count: 17 on rank 0" in str(error) and "16 on rank" in str(error), str(error)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_check_can_be_turned_off(comm, monkeypatch):
+    """ZIPCOLL_CHECK=0: no agreement round; a good call still works."""
+    monkeypatch.setenv("ZIPCOLL_CHECK", "0")
+    assert not zipcoll.collectives.api.checks_enabled()
+    assert_still_in_step(comm, "ring")
     assert_still_in_step(comm, "native")
 
 

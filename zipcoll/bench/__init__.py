@@ -1,5 +1,6 @@
 """zipcoll-bench: benchmark subcommands, registered in one table.
 
+    zipcoll-bench --help
     zipcoll-bench allreduce -m 1K:64M --algorithm ring
     zipcoll-bench codecs -m 1M:256M
 """
@@ -8,20 +9,36 @@ from __future__ import annotations
 import importlib
 import sys
 
-# subcommand -> module whose main(argv) runs it; imported lazily so one slow import
-# (numba kernels, MPI) does not tax the others.
+# subcommand -> (module whose main(argv) runs it, one line for --help); modules are
+# imported lazily so one slow import (numba kernels, MPI) does not tax the others.
 COMMANDS = {
-    "allreduce": "zipcoll.bench.allreduce_bench",
-    "codecs": "zipcoll.bench.codec_bench",
-    "plot": "zipcoll.bench.plot",
+    "allreduce": ("zipcoll.bench.allreduce_bench",
+                  "OSU's latency table of one algorithm/codec beside MPI's own Allreduce"),
+    "codecs": ("zipcoll.bench.codec_bench",
+               "encode / decode / decode_add throughput of each codec beside a memory copy"),
+    "plot": ("zipcoll.bench.plot",
+             "PNG plots of time, bus bandwidth and speedup from suite or allreduce JSON"),
 }
+
+
+def usage() -> str:
+    """The top-level help: every subcommand and what it does."""
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"usage: zipcoll-bench {{{','.join(COMMANDS)}}} [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "zipcoll-bench COMMAND --help lists a command's options."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch ``zipcoll-bench COMMAND ...`` to the command's module."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: zipcoll-bench {%s} [options]" % ",".join(COMMANDS), file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]])
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage())
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        problem = f"unknown command {argv[0]!r}" if argv else "no command given"
+        print(f"{usage()}\n\nzipcoll-bench: error: {problem}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
     return module.main(argv[1:]) or 0

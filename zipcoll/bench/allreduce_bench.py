@@ -348,8 +348,30 @@ def header_lines(bench: Bench) -> list[str]:
         f"# Timing: {timing.TIMING_METHOD}; native then zipcoll at each size",
         "# Buffers: send, native recv and zipcoll recv allocated and written before timing "
         f"(NumPy huge-page advice {hugepage_advice()}); size = bytes per rank",
-        "# algbw = size/time, busbw = algbw*2(p-1)/p; speedup = native/zipcoll",
+    ] + legend_lines(a.full, a.codec is not None, a.validate)
+
+
+def legend_lines(full: bool, codec: bool, validate: bool) -> list[str]:
+    """What each printed column means."""
+    lines = [
+        "# Size: bytes each rank contributes; Latency: each rank's mean per call, then "
+        "Avg/Min/Max over ranks" + ("; Iterations: timed calls per size" if full else ""),
+        "# algbw = size/time, busbw = algbw*2(p-1)/p (GB/s, 1e9 B); Native Avg: MPI's "
+        "Allreduce, same buffers, same run; speedup = native/zipcoll",
     ]
+    if codec:
+        lines += [
+            "# Wire(B): bytes of one encoded message of the whole per-rank vector (size bytes), "
+            "not bytes sent (schedules send pieces of it per hop); Ratio = size / Wire(B)",
+            "# Rel Error: ||zipcoll - native|| / ||native|| (L2, float64, whole result, rank 0)",
+        ]
+    if validate:
+        lines.append(
+            "# Validation: the same bits on every rank, and: lossless, each element within "
+            "2p*eps*sum|x| of native (integers, MAX/MIN, logical and bit ops: equal); "
+            "lossy codec, Rel Error <= the codec's worst-case bound (p encodes of partial "
+            "sums plus each rank's own); REPORT: no finite bound, error only reported")
+    return lines
 
 
 def row_record(row: Row) -> dict:

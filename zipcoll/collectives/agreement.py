@@ -8,13 +8,12 @@ raises MismatchError; ranks that disagree all raise MismatchError naming the fie
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Callable
 
 import numpy as np
-from mpi4py import MPI
 
+from zipcoll.collectives.context import Context
 from zipcoll.errors import MismatchError
-from zipcoll.transport import Transport
 
 
 def code(text: str) -> int:
@@ -22,28 +21,50 @@ def code(text: str) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
-def check_comm(comm: Any) -> MPI.Intracomm:
-    """`comm`, if it is a usable intra-communicator; TypeError otherwise."""
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"comm must be an mpi4py Intracomm, not {comm!r}")
-    return comm
-
-
-def agree(t: Transport, signature: list[int], fields: tuple[str, ...],
-          error: Exception | None, what: str) -> np.ndarray:
+def agree(ctx: Context, signature: list[int], fields: tuple[str, ...],
+          error: Exception | None, what: str, shown: Callable[[], list[str]],
+          blocking: bool) -> np.ndarray:
     """Raise on every rank unless all accepted and agree on `fields`; the maxima of the signature.
 
     `signature[0]` is 1 where this rank rejected its arguments (raising `error`);
-    `signature[i]` for 1 <= i < len(fields) must be equal everywhere (`fields[i]` names it).
+    `signature[i]` for 1 <= i < len(fields) must be equal everywhere (`fields[i]` names it);
+    `shown()[i]` is how this rank describes its value of field i, for the message.
+    `blocking`: one Allreduce (the caller drained the engine: nothing is in flight);
+    else an Iallreduce waited through the engine, so the calls in flight keep moving.
+    Every rank makes the same choice for a call (MPI does not match the two kinds).
     """
-    lows, highs = t.agree(signature)
+    if blocking:
+        lows, highs = ctx.transport.agree(signature)
+    else:
+        request, lows, highs = ctx.transport.iagree(signature)
+        ctx.engine.wait_mpi(request)
+        lows, highs = lows(), highs()
     if error is not None:
         raise error
     if highs[0]:
         raise MismatchError(f"another rank rejected its arguments to this {what} "
                             "(it raised the reason); nothing was sent")
-    differing = [fields[i] for i in range(1, len(fields)) if lows[i] != highs[i]]
+    differing = [i for i in range(1, len(fields)) if lows[i] != highs[i]]
     if differing:
-        raise MismatchError(f"ranks disagree on {', '.join(differing)} of this {what}; "
-                            "nothing was sent")
+        raise MismatchError(f"ranks disagree on this {what}; nothing was sent:\n"
+                            + _what_each_had(ctx, differing, fields, shown))
     return highs
+
+
+def _what_each_had(ctx: Context, differing: list[int], fields: tuple[str, ...],
+                   shown: Callable[[], list[str]]) -> str:
+    """One line a differing field, naming each rank's value (every rank takes this path)."""
+    everyone = ctx.transport.comm.allgather(shown())
+    lines = []
+    for i in differing:
+        values = [("?" if row is None else row[i]) for row in everyone]
+        groups: dict[str, list[int]] = {}
+        for rank, value in enumerate(values):
+            groups.setdefault(value, []).append(rank)
+        lines.append(f"  {fields[i]}: " + "; ".join(f"{value} on rank{'s' * (len(r) > 1)} "
+                                                    f"{_ranks(r)}" for value, r in groups.items()))
+    return "\n".join(lines)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"

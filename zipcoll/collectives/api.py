@@ -1,33 +1,37 @@
 """allreduce / iallreduce / Intracomm: the public entry points, and the agreement check.
 
-Every check that can fail runs before any data moves (`plan.make_plan`). Where the
-agreement check runs (see `agreement_checked`), a rank that rejects its arguments still
-joins it, so every other rank learns of the failure and raises too, instead of waiting.
+Every check that can fail runs before any data moves (`plan.make_plan`). Then the
+agreement check (one small Iallreduce, on by default for every call; ZIPCOLL_CHECK=0
+turns it off): a rank that rejects its arguments still joins it, so every other rank
+learns of the failure and raises too, instead of waiting; ranks that disagree on count,
+dtype, op, algorithm, codec or layout all raise MismatchError naming what each had.
+Every call runs through its communicator's progress engine (`progress`), so
+non-blocking calls complete in any order on each rank.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
-import weakref
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
 from mpi4py import MPI
 
 from zipcoll.collectives import registry
-from zipcoll.collectives.agreement import agree, check_comm, code
-from zipcoll.collectives.dispatch import steps_for
+from zipcoll.collectives.agreement import agree, code
+from zipcoll.collectives.context import Context, context_for
+from zipcoll.collectives.dispatch import splits_communicator, steps_for
 from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import Plan, make_plan
-from zipcoll.collectives.schedule import Steps, run, test, wait
+from zipcoll.collectives.progress import Request
 from zipcoll.codecs import Codec, get_codec
-from zipcoll.codecs.backend import share_cores
+from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
-from zipcoll.transport import Transport, transport_for
 
 
-def debug_enabled() -> bool:
-    """ZIPCOLL_DEBUG=1: run the agreement check on every call, native ones included."""
-    return os.environ.get("ZIPCOLL_DEBUG", "0") not in ("", "0")
+def checks_enabled() -> bool:
+    """Whether calls run the agreement check: yes unless ZIPCOLL_CHECK=0 (for raw speed)."""
+    return os.environ.get("ZIPCOLL_CHECK", "1").strip() not in ("0", "false", "no")
 
 
 def allreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
@@ -45,127 +49,95 @@ def allreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
 
     >>> total = zipcoll.allreduce(np.ones(4, np.float32), algorithm="ring")   # doctest: +SKIP
     """
-    steps, plan = _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, True)
-    run(steps)
-    return plan.outcome()
+    return _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, True).wait()
 
 
 def iallreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
                comm: MPI.Intracomm = MPI.COMM_WORLD, algorithm: str = "auto",
                codec: Any = None, key: Hashable = None,
-               topology: Topology | None = None) -> "Request":
-    """Start an all-reduce (arguments as `allreduce`); the Request advances on test()."""
-    steps, plan = _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, False)
-    return Request(steps, plan.outcome)
-
-
-class Request:
-    """A zipcoll all-reduce in flight. `test()` advances it; `wait()` finishes it.
-
-    `wait()` returns what `allreduce` would have returned. `Test`/`Wait` are aliases,
-    so code written against `mpi4py.MPI.Request` keeps working.
-    """
-
-    def __init__(self, steps: Steps, outcome: Callable[[], Any]):
-        self._steps = steps
-        self._outcome = outcome
-        self._pending: list = []
-        self._done = False
-        self._advance()  # post the first step now, so data moves while the caller computes
-
-    def _advance(self) -> None:
-        try:
-            self._pending = next(self._steps)
-        except StopIteration:
-            self._pending, self._done = [], True
-
-    def test(self) -> bool:
-        """Advance as far as possible without blocking; True once the result is complete."""
-        while not self._done:
-            if self._pending and not test(self._pending):
-                return False
-            self._advance()
-        return True
-
-    def wait(self) -> Any:
-        """Block until complete; return the result."""
-        while not self._done:
-            wait(self._pending)
-            self._advance()
-        return self._outcome()
-
-    Test = test
-    Wait = wait
+               topology: Topology | None = None) -> Request:
+    """Start an all-reduce (arguments as `allreduce`); the Request advances on test()/wait(),
+    as does any other zipcoll call on the same communicator."""
+    return _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, False)
 
 
 def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: str,
-           codec: Any, key: Hashable, topology: Topology | None,
-           blocking: bool) -> tuple[Steps, Plan]:
-    """Validate, agree, and build the steps of one call (nothing has moved yet)."""
-    t, found = _context(comm)
+           codec: Any, key: Hashable, topology: Topology | None, blocking: bool) -> Request:
+    """Validate, agree, and start one call (its first step is posted).
+
+    A blocking call first finishes every call in flight (advancing them all, as MPI
+    would in the background), then uses MPI's blocking collectives: nothing can then
+    wait on this rank. A non-blocking call never blocks in MPI. As in MPI, every rank
+    must make the same kind of call (blocking or not) for a given all-reduce.
+    """
+    ctx = context_for(comm)
+    abort_on_error.install()
+    if blocking:
+        ctx.engine.drain()
     try:
         plan, error = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
-                                _topology(t, found, topology)), None
+                                _topology(ctx, topology)), None
     except (TypeError, ValueError) as exc:
         plan, error = None, exc
-    if agreement_checked(plan):
-        _agree(t, plan, error, algorithm)
+    if checks_enabled():
+        _agree(ctx, plan, error, algorithm, blocking)
     elif error is not None:
         raise error
-    return steps_for(t, plan, blocking), plan
+    if splits_communicator(ctx.transport, plan):
+        ctx.engine.drain()  # a split is a blocking collective: nothing may wait on this rank
+    tag = ctx.next_tag()
+    steps = steps_for(ctx.transport, plan, tag, blocking)
+    return Request(ctx.engine, ctx.transport.holding_tag(tag, steps), plan.outcome)
 
 
-# Each communicator's topology, found (collectively) at its first call.
-_TOPOLOGIES: "weakref.WeakKeyDictionary[Transport, Topology]" = weakref.WeakKeyDictionary()
-
-
-def _context(comm: Any) -> tuple[Transport, Topology]:
-    """The comm's transport and topology, both made on first use."""
-    t = transport_for(check_comm(comm))
-    topology = _TOPOLOGIES.get(t)
+def _topology(ctx: Context, topology: Topology | None) -> Topology:
     if topology is None:
-        topology = _TOPOLOGIES[t] = Topology.from_comm(t.comm)
-        share_cores(t.ranks_sharing_memory())
-    return t, topology
-
-
-def _topology(t: Transport, found: Topology, topology: Topology | None) -> Topology:
-    if topology is None:
-        return found
-    if not isinstance(topology, Topology) or topology.size != t.size:
-        raise ValueError(f"topology must be a zipcoll.Topology of {t.size} ranks")
+        return ctx.topology
+    if not isinstance(topology, Topology) or topology.size != ctx.transport.size:
+        raise ValueError(f"topology must be a zipcoll.Topology of {ctx.transport.size} ranks")
     return topology
 
 
-def agreement_checked(plan: Plan | None) -> bool:
-    """Whether this call runs the agreement check (every rank decides alike).
-
-    Always with ZIPCOLL_DEBUG=1; else for every algorithm but native. The check is one
-    Allreduce of 16 int64 (a few microseconds): "auto" only leaves native for messages
-    large enough that this stays under 1% of the call (see README, "Agreement check").
-    """
-    if debug_enabled():
-        return True
-    return plan is None or not plan.schedule.native
-
-
-_FIELDS = ("", "count", "dtype", "op", "algorithm", "resolved algorithm", "codec", "topology")
+_FIELDS = ("", "count", "dtype", "op", "algorithm", "resolved algorithm", "codec", "layout")
 
 
 def _signature(plan: Plan | None, algorithm: str) -> list[int]:
     """Numbers every rank must agree on; the first says whether this rank rejected its input."""
     if plan is None:
         return [1] + [0] * (len(_FIELDS) - 1)
-    codecs = [c.get_config() if c else None for c in (plan.intra_codec, plan.codec)]
-    layout = (plan.topology.node_of, plan.topology.grid) if plan.topology else None
-    return [0, plan.count, code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
-            code(str(algorithm)), code(plan.name), code(json.dumps(codecs)),
-            code(repr(layout))]
+    return [0, plan.count, _code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
+            _code(str(algorithm)), _code(plan.name), _code(_codecs_text(plan)),
+            _code(_layout_text(plan.topology))]
 
 
-def _agree(t: Transport, plan: Plan | None, error: Exception | None, algorithm: str) -> None:
+def _shown(plan: Plan | None, algorithm: str) -> list[str]:
+    """How this rank describes each field (only made when ranks disagree)."""
+    if plan is None:
+        return ["rejected"] * len(_FIELDS)
+    op = getattr(plan.op, "name", "user-defined") + (" (mean)" if plan.mean else "")
+    return ["", str(plan.count), plan.recv.dtype.name, op, str(algorithm), plan.name,
+            _codecs_text(plan), _layout_text(plan.topology)]
+
+
+def _codecs_text(plan: Plan) -> str:
+    if plan.codec is None and plan.intra_codec is None:
+        return "null"
+    return json.dumps([c.get_config() if c else None for c in (plan.intra_codec, plan.codec)])
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_text(topology: Topology) -> str:
+    return repr((topology.node_of, topology.grid))
+
+
+_code = functools.lru_cache(maxsize=1024)(code)
+
+
+def _agree(ctx: Context, plan: Plan | None, error: Exception | None, algorithm: str,
+           blocking: bool) -> None:
     """Raise on every rank if any rank rejected its input or the ranks differ."""
-    agree(t, _signature(plan, algorithm), _FIELDS, error, "all-reduce")
+    agree(ctx, _signature(plan, algorithm), _FIELDS, error, "all-reduce",
+          lambda: _shown(plan, algorithm), blocking)
 
 
 class Intracomm(MPI.Intracomm):
@@ -198,4 +170,4 @@ class Intracomm(MPI.Intracomm):
                           codec=self.codec)
 
 
-__all__ = ["Intracomm", "Request", "allreduce", "iallreduce"]
+__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "iallreduce"]

@@ -16,20 +16,22 @@ from zipcoll.codecs import Codec
 from zipcoll.transport import Transport, cuda_aware
 
 
-def steps_for(t: Transport, plan: Plan, blocking: bool) -> Steps:
-    """The steps of `plan`; device data goes through host memory if MPI cannot read it."""
+def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
+    """The steps of `plan`, with tags from `tag` on; device data goes through host memory
+    if MPI cannot read it. `blocking`: MPI's own collectives may block (nothing else is in
+    flight on the communicator)."""
     send = plan.send.array if plan.send is not None else None
     if plan.recv.device != CUDA:
-        return _steps_on(t, plan, send, plan.recv.array, np, blocking)
+        return _steps_on(t, plan, send, plan.recv.array, np, tag, blocking)
     buffers.synchronize(plan.recv)
     if cuda_aware():
-        return _steps_on(t, plan, send, plan.recv.array, buffers.cupy(), blocking)
-    return _staged(t, plan, blocking)
+        return _steps_on(t, plan, send, plan.recv.array, buffers.cupy(), tag, blocking)
+    return _staged(t, plan, tag, blocking)
 
 
-def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, blocking: bool) -> Steps:
+def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
+              blocking: bool) -> Steps:
     recv = recv[: plan.count]
-    tag = t.next_tag()
     schedule = plan.schedule
     if schedule.native:
         steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
@@ -48,11 +50,25 @@ def _in_ring_order(t: Transport, plan: Plan) -> Transport:
     return t if order == list(range(t.size)) else t.reordered(order)
 
 
+def _layout(plan: Plan) -> tuple:
+    """What names the two levels of a two-level plan (the same on every rank)."""
+    return (plan.schedule.name, plan.topology.node_of, plan.topology.grid)
+
+
+def splits_communicator(t: Transport, plan: Plan) -> bool:
+    """Whether the steps of `plan` would first split t's communicator (collective, blocking)."""
+    if plan.schedule.native:
+        return False
+    if plan.schedule.two_level:
+        return not t.has_split(_layout(plan))
+    order = plan.topology.ring_order()
+    return order != list(range(t.size)) and not t.has_reordered(order)
+
+
 def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,
                blocking: bool) -> Steps:
     """The two-level schedule over slices of the message, `plan.slicing.window` in flight."""
-    layout = (plan.schedule.name, plan.topology.node_of, plan.topology.grid)
-    levels = Levels(*t.split(layout, plan.schedule.split(plan.topology)))
+    levels = Levels(*t.split(_layout(plan), plan.schedule.split(plan.topology)))
     inner = plan.inner
 
     def one(index: int, lo: int, hi: int) -> Steps:
@@ -92,12 +108,12 @@ def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
     arr /= size
 
 
-def _staged(t: Transport, plan: Plan, blocking: bool) -> Steps:
+def _staged(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
     """Device data through host memory, for an MPI that cannot read GPU memory."""
     device = plan.recv.array[: plan.count] if plan.send is None else plan.send.array
     host = buffers.cupy().asnumpy(device)
     host_plan = Plan(None, Buffer(host, HOST, host, host.shape), host, plan.op, plan.schedule,
                      plan.inner, plan.codec, plan.intra_codec, plan.slicing, plan.key, plan.mean,
                      plan.topology)
-    yield from _steps_on(t, host_plan, None, host, np, blocking)
+    yield from _steps_on(t, host_plan, None, host, np, tag, blocking)
     plan.recv.array[: plan.count].set(host)

@@ -18,7 +18,7 @@ from zipcoll.buffers import Buffer
 from zipcoll.collectives import registry, select
 from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup
 from zipcoll.collectives.registry import SCHEDULES, Schedule
-from zipcoll.codecs import Codec, get_codec
+from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 from zipcoll.topologies import Topology
 from zipcoll.transport import TAGS_PER_CALL
 
@@ -84,7 +84,7 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     check_supported(reduce_op, source.dtype)
     if mean and source.dtype.kind not in "fc":
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
-    intra_codec, flat_codec = _codecs(codec, schedule, inner)
+    intra_codec, flat_codec, key = _codecs(codec, schedule, inner, key)
     if flat_codec is not None or intra_codec is not None:
         _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
     if schedule is not None and schedule.two_level:
@@ -113,9 +113,10 @@ def _buffers(sendbuf: Any, recvbuf: Any) -> tuple[Buffer | None, Buffer | None]:
     return send, recv
 
 
-def _codecs(spec: Any, schedule: Schedule | None,
-            inner: Schedule | None) -> tuple[Codec | None, Codec | None]:
-    """(level-1 codec, flat or level-2 codec) of a `codec=` argument, checked against the schedule."""
+def _codecs(spec: Any, schedule: Schedule | None, inner: Schedule | None,
+            key: Hashable) -> tuple[Codec | None, Codec | None, Hashable]:
+    """(level-1 codec, flat or level-2 codec, feedback key) of a `codec=` argument, checked
+    against the schedule."""
     levels = isinstance(spec, Mapping) and "id" not in spec
     two_level = schedule is None or schedule.two_level  # "auto" may pick a two-level one
     if levels and not two_level:
@@ -126,17 +127,29 @@ def _codecs(spec: Any, schedule: Schedule | None,
         raise ValueError(f"codec levels are 'intra' and 'inter', got {sorted(spec)}")
     intra = _codec(spec.get("intra")) if levels else None
     flat = _codec(spec.get("inter") if levels else spec)
+    intra, flat, key = _feedback_as_key(intra, flat, key)
     if flat is not None and schedule is not None and not schedule.two_level:
         _check_schedule(schedule, flat)
     if flat is not None and inner is not None:
         _check_schedule(inner, flat)
     if intra is not None:
         _check_schedule(SCHEDULES["ring"], intra)  # level 1 is a per-hop ring
-    return intra, flat
+    return intra, flat, key
 
 
 def _codec(spec: Any) -> Codec | None:
     return None if spec is None else get_codec(spec)
+
+
+def _feedback_as_key(intra: Codec | None, flat: Codec | None,
+                     key: Hashable) -> tuple[Codec | None, Codec | None, Hashable]:
+    """An ErrorFeedback codec means error feedback: its inner codec, with residuals kept per
+    encode site under `key` (or, without one, under the ErrorFeedback object itself)."""
+    wrapped = [c for c in (intra, flat) if isinstance(c, ErrorFeedback)]
+    if not wrapped:
+        return intra, flat, key
+    unwrap = (lambda c: c.codec if isinstance(c, ErrorFeedback) else c)
+    return unwrap(intra), unwrap(flat), (("feedback", id(wrapped[0])) if key is None else key)
 
 
 def _check_schedule(schedule: Schedule, codec: Codec) -> None:

@@ -34,10 +34,13 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import CUDA, Buffer
 from zipcoll.codecs.base import align8
-from zipcoll.collectives.agreement import agree, check_comm, code
-from zipcoll.collectives.schedule import Steps, run
+from zipcoll.collectives.agreement import agree, code
+from zipcoll.collectives.context import Context, context_for
+from zipcoll.collectives.progress import run
+from zipcoll.collectives.schedule import Steps
+from zipcoll.failures import abort_on_error
 from zipcoll.topologies.trees import pof2_fold, pof2_rank
-from zipcoll.transport import Transport, transport_for
+from zipcoll.transport import Transport
 
 ALGORITHMS = ("allgatherv", "gtopk")
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -68,8 +71,8 @@ def sparse_allgather(values: Any, indices: Any, *, comm: MPI.Intracomm = MPI.COM
 
     >>> idx, val, counts = zipcoll.sparse_allgather(val, idx)   # doctest: +SKIP
     """
-    t, call, k = _start(values, indices, comm, algorithm, None, k, None)
-    return _combined(t, call, k)
+    ctx, call, k = _start(values, indices, comm, algorithm, None, k, None)
+    return _combined(ctx, call, k)
 
 
 def sparse_allreduce(values: Any, indices: Any, size: int, *,
@@ -80,8 +83,8 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     Adds in rank order, so every rank gets the same bits. With "gtopk" only the global
     top-k entries (see `sparse_allgather`) are non-zero.
     """
-    t, call, k = _start(values, indices, comm, algorithm, size, k, out)
-    all_indices, all_values, _ = _combined(t, call, k)
+    ctx, call, k = _start(values, indices, comm, algorithm, size, k, out)
+    all_indices, all_values, _ = _combined(ctx, call, k)
     dense = np.zeros(size, call.values.dtype)
     np.add.at(dense, all_indices, all_values)  # sequential: rank order, same bits everywhere
     if call.out is None:
@@ -96,15 +99,17 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
 # -- checks -------------------------------------------------------------------------------
 
 def _start(values: Any, indices: Any, comm: MPI.Intracomm, algorithm: str, size: int | None,
-           k: int | None, out: Any) -> tuple[Transport, SparseCall, int]:
+           k: int | None, out: Any) -> tuple[Context, SparseCall, int]:
     """Validate, then agree (every rank, even one that rejected its arguments); k to use."""
-    t = transport_for(check_comm(comm))
+    ctx = context_for(comm)
+    abort_on_error.install()
+    ctx.engine.drain()  # a blocking call: finish the calls in flight first
     try:
         call, error = _validate(values, indices, algorithm, size, k, out), None
     except (TypeError, ValueError) as exc:
         call, error = None, exc
-    largest_nnz = _agree(t, call, error)
-    return t, call, largest_nnz if call.k is None else call.k
+    largest_nnz = _agree(ctx, call, error)
+    return ctx, call, largest_nnz if call.k is None else call.k
 
 
 def _validate(values: Any, indices: Any, algorithm: str, size: int | None, k: int | None,
@@ -180,35 +185,54 @@ def _signature(call: SparseCall | None) -> list[int]:
             -1 if call.k is None else call.k, call.indices.size]
 
 
-def _agree(t: Transport, call: SparseCall | None, error: Exception | None) -> int:
+def _agree(ctx: Context, call: SparseCall | None, error: Exception | None) -> int:
     """Raise on every rank if any rejected or they differ; else the largest nnz."""
-    highs = agree(t, _signature(call), _FIELDS, error, "sparse collective")
+    highs = agree(ctx, _signature(call), _FIELDS, error, "sparse collective",
+                  lambda: _shown(call), blocking=True)
     return int(highs[len(_FIELDS)])
+
+
+def _shown(call: SparseCall | None) -> list[str]:
+    """How this rank describes the fields it must agree on (for the mismatch message)."""
+    if call is None:
+        return ["rejected"] * len(_FIELDS)
+    return ["", call.values.dtype.name, call.indices.dtype.name, call.algorithm,
+            str(call.size), str(call.k)]
 
 
 # -- dispatch -----------------------------------------------------------------------------
 
-def _combined(t: Transport, call: SparseCall, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Run the call's schedule: (indices, values, counts) on every rank."""
+def _combined(ctx: Context, call: SparseCall, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Run the call's schedule through the communicator's engine: (indices, values, counts)."""
+    t = ctx.transport
     if call.algorithm == "gtopk":
         wire = Wire(k, call.indices.dtype, call.values.dtype)
         msg = wire.pack(*top_k(*combine(call.indices, call.values), k))
-        run(gtopk_sparse(t, msg, wire, t.next_tag()))
+        tag = ctx.next_tag()
+        run(ctx.engine, t.holding_tag(tag, gtopk_sparse(t, msg, wire, tag)))
         indices, values = (a.copy() for a in wire.unpack(msg))
         return indices, values, [int(indices.size)]
-    counts = t.allgather_counts(call.indices.size)
-    indices = np.empty(sum(counts), call.indices.dtype)
-    values = np.empty(sum(counts), call.values.dtype)
-    run(allgatherv_sparse(t, call.indices, call.values, indices, values, counts))
-    return indices, values, counts
+    return run(ctx.engine, *allgatherv_sparse(t, call.indices, call.values))
 
 
 # -- allgatherv ---------------------------------------------------------------------------
 
-def allgatherv_sparse(t: Transport, indices: np.ndarray, values: np.ndarray,
-                      all_indices: np.ndarray, all_values: np.ndarray, counts: list[int]) -> Steps:
-    """Gather every rank's pairs into all_indices/all_values, counts[i] from rank i, in rank order."""
-    yield [_allgatherv(t, indices, all_indices, counts), _allgatherv(t, values, all_values, counts)]
+def allgatherv_sparse(t: Transport, indices: np.ndarray, values: np.ndarray) -> tuple[Steps, Any]:
+    """The steps gathering every rank's pairs in rank order, and what they give once run:
+    (all indices, all values, counts[i] pairs from rank i)."""
+    gathered: list = []
+
+    def steps() -> Steps:
+        counts = np.zeros(t.size, np.int64)
+        yield [t.iallgather_count(indices.size, counts)]
+        counts = counts.tolist()
+        all_indices = np.empty(sum(counts), indices.dtype)
+        all_values = np.empty(sum(counts), values.dtype)
+        yield [_allgatherv(t, indices, all_indices, counts),
+               _allgatherv(t, values, all_values, counts)]
+        gathered.extend([all_indices, all_values, counts])
+
+    return steps(), lambda: tuple(gathered)
 
 
 def _allgatherv(t: Transport, send: np.ndarray, recv: np.ndarray, counts: list[int]) -> MPI.Request:

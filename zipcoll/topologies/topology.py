@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
@@ -88,7 +89,9 @@ class Topology:
 
         `ranks_per_node` (or ZIPCOLL_RANKS_PER_NODE) emulates nodes of that many
         consecutive ranks; `grid` (or ZIPCOLL_GRID="XxY") adds a grid. Settings are
-        compared across ranks first, so every rank raises the same ValueError.
+        compared across ranks first, so every rank raises the same ValueError. The
+        environment variables apply to communicators whose size they fit (a multiple of
+        the ranks per node; X*Y ranks): others get a warning and shared-memory nodes.
         """
         from zipcoll.transport import gather_placement
 
@@ -99,11 +102,13 @@ class Topology:
         if other is not None:
             raise ValueError(f"ranks disagree on (ranks_per_node, grid, ({RANKS_PER_NODE_ENV}, "
                              f"{GRID_ENV})): rank 0 has {rows[0][1:]}, rank {other} {rows[other][1:]}")
-        if ranks_per_node is None and env[0]:
-            ranks_per_node = _parse_ranks_per_node(env[0])
-        if grid is None and env[1]:
-            grid = _parse_grid(env[1])
         size, rank = comm.Get_size(), comm.Get_rank()
+        if ranks_per_node is None and env[0]:
+            ranks_per_node = _fitting(RANKS_PER_NODE_ENV, env[0], _parse_ranks_per_node(env[0]),
+                                      size % _parse_ranks_per_node(env[0]) == 0, size)
+        if grid is None and env[1]:
+            parsed = _parse_grid(env[1])
+            grid = _fitting(GRID_ENV, env[1], parsed, parsed[0] * parsed[1] == size, size)
         if ranks_per_node is not None:
             return cls.from_layout(size, rank, ranks_per_node=ranks_per_node, grid=grid)
         return cls(size, rank, _canonical([row[0] for row in rows]), grid)
@@ -246,6 +251,15 @@ def _check_grid(grid: Sequence[int] | None, size: int) -> tuple[int, int] | None
     if x * y != size:
         raise ValueError(f"grid {x}x{y} has {x * y} places for {size} ranks")
     return (x, y)
+
+
+def _fitting(name: str, text: str, value, fits: bool, size: int):
+    """`value` of environment variable `name` if it fits a communicator of `size`, else None."""
+    if fits:
+        return value
+    warnings.warn(f"{name}={text} does not fit a communicator of {size} ranks: ignored there",
+                  RuntimeWarning, stacklevel=3)
+    return None
 
 
 def _parse_ranks_per_node(text: str) -> int:

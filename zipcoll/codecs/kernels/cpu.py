@@ -60,45 +60,54 @@ def block_decode(codes, scales, out, block, bits, accumulate):
     _decoder(bits, bool(accumulate), out.size >= PARALLEL_MIN)(codes, scales, out, block)
 
 
+# The kernels below close over a flag, not over the rule itself: numba keys its disk cache
+# of a closure on the pickled closure values, and a pickled dispatcher differs in every
+# process, so a closure over one never hits the cache (it compiled again in every process).
 @functools.lru_cache(maxsize=None)
-def _narrow(rule, parallel):
-    """Kernel writing ``out16[i] = rule(bits32[i])``."""
+def _narrow(bf16, parallel):
+    """Kernel writing ``out16[i]`` = the IEEE half (``bf16``: bfloat16) bits of ``bits32[i]``."""
     @njit(parallel=parallel, cache=True)
     def narrow(bits32, out16):
         for i in prange(bits32.size):
-            out16[i] = rule(bits32[i])
+            if bf16:
+                out16[i] = rules.bf16_bits(bits32[i])
+            else:
+                out16[i] = rules.f16_bits(bits32[i])
     return narrow
 
 
 @functools.lru_cache(maxsize=None)
-def _widen(rule, accumulate, parallel):
-    """Kernel writing ``out[i] (+)= rule(in16[i])``."""
+def _widen(bf16, accumulate, parallel):
+    """Kernel writing ``out[i] (+)=`` the value of IEEE half (``bf16``: bfloat16) bits ``in16[i]``."""
     @njit(parallel=parallel, cache=True)
     def widen(in16, out):
         for i in prange(out.size):
-            v = rule(in16[i])
+            if bf16:
+                v = rules.bf16_value(in16[i])
+            else:
+                v = rules.f16_value(in16[i])
             out[i] = out[i] + v if accumulate else v
     return widen
 
 
 def fp16_encode(bits32, out16):
     """IEEE half bits of each float32 (given as its uint32 bits), as NumPy rounds."""
-    _narrow(rules.f16_bits, bits32.size >= PARALLEL_MIN)(bits32, out16)
+    _narrow(False, bits32.size >= PARALLEL_MIN)(bits32, out16)
 
 
 def bf16_encode(bits32, out16):
     """bfloat16 bits of each float32 (given as its uint32 bits)."""
-    _narrow(rules.bf16_bits, bits32.size >= PARALLEL_MIN)(bits32, out16)
+    _narrow(True, bits32.size >= PARALLEL_MIN)(bits32, out16)
 
 
 def fp16_decode(in16, out, accumulate):
     """float32 ``out`` (+)= the IEEE halves whose bits are ``in16``."""
-    _widen(rules.f16_value, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
+    _widen(False, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
 
 
 def bf16_decode(in16, out, accumulate):
     """float32 ``out`` (+)= the bfloat16 values whose bits are ``in16``."""
-    _widen(rules.bf16_value, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
+    _widen(True, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
 
 
 @njit(cache=True)

@@ -1,0 +1,174 @@
+"""The progress engine: non-blocking calls complete in any per-rank order, many in flight,
+tags never reused by a call in flight, blocking calls and sparse collectives between them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import zipcoll
+from arrays import LOSSLESS, expected, rank_data
+
+pytestmark = pytest.mark.mpi
+
+TWO_LEVEL = ("hierarchical", "hierarchical:tree", "torus")
+
+
+@pytest.mark.parametrize("algorithm", LOSSLESS + TWO_LEVEL)
+def test_rank_zero_completes_in_the_other_order(comm, algorithm):
+    """Rank 0 waits b then a, the others a then b (each order legal in MPI)."""
+    a, b = rank_data("float64", 16, comm.rank), rank_data("int32", 100_003, comm.rank)
+    ra, rb = np.zeros_like(a), np.zeros_like(b)
+    req_a = zipcoll.iallreduce(a, ra, comm=comm, algorithm=algorithm)
+    req_b = zipcoll.iallreduce(b, rb, comm=comm, algorithm=algorithm)
+    for request in ([req_b, req_a] if comm.rank == 0 else [req_a, req_b]):
+        request.wait()
+    np.testing.assert_allclose(ra, expected(comm, a), rtol=1e-12)
+    np.testing.assert_array_equal(rb, expected(comm, b))
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "native", "auto"])
+def test_blocking_call_while_another_is_in_flight(comm, algorithm):
+    """Rank 0 makes a blocking call before waiting on an earlier request; the others wait
+    first. The blocking call (and its agreement check) must keep the earlier one moving."""
+    a, b = rank_data("int64", 50_001, comm.rank), rank_data("int64", 5, comm.rank)
+    ra = np.zeros_like(a)
+    request = zipcoll.iallreduce(a, ra, comm=comm, algorithm="ring")
+    if comm.rank == 0:
+        rb = zipcoll.allreduce(b, comm=comm, algorithm=algorithm)
+        request.wait()
+    else:
+        request.wait()
+        rb = zipcoll.allreduce(b, comm=comm, algorithm=algorithm)
+    np.testing.assert_array_equal(ra, expected(comm, a))
+    np.testing.assert_array_equal(rb, expected(comm, b))
+
+
+def test_sparse_allgather_while_a_call_is_in_flight(comm):
+    a = rank_data("int32", 30_001, comm.rank)
+    ra = np.zeros_like(a)
+    request = zipcoll.iallreduce(a, ra, comm=comm, algorithm="dbtree")
+    if comm.rank != 0:
+        request.wait()
+    indices, values, counts = zipcoll.sparse_allgather(np.ones(comm.rank, np.float32),
+                                                       np.arange(comm.rank, dtype=np.int32),
+                                                       comm=comm)
+    request.wait()
+    assert counts == list(range(comm.size))
+    np.testing.assert_array_equal(ra, expected(comm, a))
+
+
+def _many_in_flight(comm, n: int, seed: int) -> list[str]:
+    """n calls over every lossless schedule, completed in a random order per rank."""
+    algorithms = [LOSSLESS[i % len(LOSSLESS)] for i in range(n)]
+    inputs = [rank_data("int32", 1 + (37 * i) % 300, comm.rank) for i in range(n)]
+    outputs = [np.zeros_like(x) for x in inputs]
+    requests = [zipcoll.iallreduce(x, y, comm=comm, algorithm=a)
+                for x, y, a in zip(inputs, outputs, algorithms)]
+    order = np.random.default_rng([seed, comm.rank]).permutation(n)
+    for i in order[: n // 2]:
+        requests[i].test()
+    zipcoll.waitall(requests[i] for i in order)
+    return [f"call {i} ({a})" for i, (x, y, a) in enumerate(zip(inputs, outputs, algorithms))
+            if not np.array_equal(y, expected(comm, x))]
+
+
+def test_a_thousand_in_flight(comm):
+    assert _many_in_flight(comm, 1000, seed=1) == []
+
+
+def test_tags_wrap_only_onto_finished_calls(comm, monkeypatch):
+    """With 4 tag blocks, 200 calls in flight must reuse blocks only once their call ended."""
+    monkeypatch.setenv("ZIPCOLL_TAG_BLOCKS", "4")
+    small = comm.Dup()  # a fresh communicator reads the variable
+    try:
+        assert _many_in_flight(small, 200, seed=2) == []
+    finally:
+        small.Free()
+
+
+def test_waitany_and_testall(comm):
+    x = [rank_data("float64", 1000 * (i + 1), comm.rank) for i in range(3)]
+    requests = [zipcoll.iallreduce(v, comm=comm, algorithm="ring") for v in x]
+    index, result = zipcoll.waitany(requests)
+    np.testing.assert_allclose(result, expected(comm, x[index]), rtol=1e-12)
+    while not zipcoll.testall(requests):
+        pass
+    for v, request in zip(x, requests):
+        np.testing.assert_allclose(request.wait(), expected(comm, v), rtol=1e-12)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_calls_on_two_communicators_waited_in_opposite_orders(comm):
+    """A wait on one communicator keeps the calls on another moving (MPI promises progress
+    across communicators): rank 0 waits on its Dup first, the others on the world first."""
+    other = comm.Dup()
+    try:
+        a, b = rank_data("int64", 99_999, comm.rank), rank_data("int64", 77_777, comm.rank)
+        req_a = zipcoll.iallreduce(a, comm=other, algorithm="ring")
+        req_b = zipcoll.iallreduce(b, comm=comm, algorithm="tree")
+        if comm.rank == 0:
+            got_a, got_b = req_a.wait(), req_b.wait()
+        else:
+            got_b, got_a = req_b.wait(), req_a.wait()
+        np.testing.assert_array_equal(got_a, expected(comm, a))
+        np.testing.assert_array_equal(got_b, expected(comm, b))
+    finally:
+        other.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("count", [1000, 1001])
+def test_error_feedback_object_as_codec(comm, count):
+    """An ErrorFeedback object keeps one residual per encode site: uneven chunks work, and
+    the error of one call stays bounded while the mean over calls approaches the sum."""
+    codec = zipcoll.codecs.ErrorFeedback(zipcoll.get_codec("int2"))
+    x = rank_data("float32", count, comm.rank)
+    exact = expected(comm, x).astype(np.float64)
+    total, errors = np.zeros(count), []
+    for _ in range(20):
+        got = zipcoll.allreduce(x, comm=comm, algorithm="ring", codec=codec)
+        total += got
+        errors.append(np.abs(got - exact).max())
+    scale = np.abs(exact).max() + comm.size * np.abs(x).max()
+    assert max(errors) < 4 * scale, errors
+    assert np.abs(total / 20 - exact).max() < 0.25 * errors[0], (errors[0], total / 20 - exact)
+
+
+def test_grid_variable_that_does_not_fit_is_ignored(comm, monkeypatch):
+    monkeypatch.setenv("ZIPCOLL_GRID", f"{comm.size + 1}x1")
+    other = comm.Dup()
+    try:
+        x = rank_data("int32", 10, comm.rank)
+        with pytest.warns(RuntimeWarning, match="does not fit"):
+            got = zipcoll.allreduce(x, comm=other, algorithm="native")
+        np.testing.assert_array_equal(got, expected(comm, x))
+    finally:
+        other.Free()
+
+
+def test_freed_communicator_gets_a_clear_error(comm):
+    other = comm.Dup()
+    zipcoll.allreduce(np.ones(2), comm=other)
+    other.Free()
+    with pytest.raises(TypeError, match="COMM_NULL"):
+        zipcoll.allreduce(np.ones(2), comm=other)
+    with pytest.raises(TypeError, match="COMM_NULL"):
+        zipcoll.allreduce(np.ones(2), comm=MPI.COMM_NULL)
+
+
+def test_scratch_is_bounded_and_shrinks(comm):
+    from zipcoll.collectives.context import context_for
+    from zipcoll.transport import SCRATCH_BYTES
+
+    other = comm.Dup()
+    try:
+        t = context_for(other).transport
+        zipcoll.allreduce(np.ones(3 << 20, np.float32), comm=other, algorithm="ring")
+        assert t.scratch_bytes() <= max(SCRATCH_BYTES, 3 << 22)
+        for _ in range(40):
+            zipcoll.allreduce(np.ones(8, np.float32), comm=other, algorithm="ring")
+        assert t.scratch_bytes() < 1 << 20  # the large call's scratch was dropped
+    finally:
+        other.Free()

@@ -1,0 +1,64 @@
+"""What zipcoll keeps per communicator: its transport and its topology (and the engine).
+
+Made on the first call on a communicator (collectively: a private duplicate, and the
+topology's one allgather) and dropped with the communicator.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from mpi4py import MPI
+
+from zipcoll.codecs.backend import share_cores
+from zipcoll.collectives.progress import ENGINE, Engine
+from zipcoll.topologies import Topology
+from zipcoll.transport import Transport, transport_for
+
+
+@dataclass
+class Context:
+    """One communicator's transport, (found on first use) topology, and the process's engine."""
+
+    transport: Transport
+    engine: Engine = ENGINE
+    _topology: Topology | None = None
+
+    @property
+    def topology(self) -> Topology:
+        """The communicator's nodes (collective on first use: no call may be in flight)."""
+        if self._topology is None:
+            self.engine.drain()
+            self._topology = Topology.from_comm(self.transport.comm)
+            share_cores(self.transport.ranks_sharing_memory())
+        return self._topology
+
+    def next_tag(self) -> int:
+        """The first tag of a new call's block; waits (advancing the others) while the block
+        it wraps onto is still held by a call in flight."""
+        tag = self.transport.next_tag()
+        if self.transport.tag_held(tag):
+            self.engine.wait_until(lambda: not self.transport.tag_held(tag))
+        return tag
+
+
+_CONTEXTS: "weakref.WeakKeyDictionary[Transport, Context]" = weakref.WeakKeyDictionary()
+
+
+def context_for(comm: Any) -> Context:
+    """The Context of `comm` (TypeError for what is not a usable intra-communicator)."""
+    t = transport_for(check_comm(comm))
+    ctx = _CONTEXTS.get(t)
+    if ctx is None:
+        ctx = _CONTEXTS[t] = Context(t)
+    return ctx
+
+
+def check_comm(comm: Any) -> MPI.Intracomm:
+    """`comm`, if it is a usable intra-communicator; TypeError otherwise."""
+    if isinstance(comm, MPI.Comm) and comm == MPI.COMM_NULL:
+        raise TypeError("comm is MPI.COMM_NULL: a null or freed communicator")
+    if not isinstance(comm, MPI.Intracomm):
+        raise TypeError(f"comm must be an mpi4py Intracomm, not {type(comm).__name__}")
+    return comm
