@@ -16,30 +16,34 @@ between ranks, and `--first i --calls 1` replays call i. A call picks:
   or a 2-D grid;
 - on float SUM and "mean", 7 times in 10 a codec the schedule accepts (every codec of
   `zipcoll.list_codecs()`, as tests/mpi/test_compressed.py spells them; per level on
-  two-level schedules), a third of those with key= (error feedback);
+  two-level schedules) as a spec, a config, a Codec or an ErrorFeedback object kept
+  across calls; a third of them with key= (error feedback);
 - an entry point: allreduce into a recvbuf, in place or into a new array;
   zipcoll.Intracomm(...).Allreduce, in place or not; or a batch of 2-6 iallreduce calls
-  completed by wait() or by polling test(), in a random order per rank (--orders same:
+  completed by wait(), polling test(), zipcoll.waitall or zipcoll.waitany, in a random
+  order per rank (--orders same:
   the same order on every rank); with --many N, one batch in 25 has N small calls;
 - or sparse_allgather / sparse_allreduce ("allgatherv" or "gtopk") where some ranks hold
   no pairs.
 
 Checks, per call: lossless results against the MPI library's own Allreduce of the same
 data (tests/arrays.py `mismatch`: bit for bit, floats within reordering error); lossy
-ones against tests/mpi/test_compressed.py's bound model (qsgd, randomk and key= calls,
-which that model does not bound, only for being finite); sparse ones against the
+ones against tests/mpi/test_compressed.py's bound model (qsgd, randomk, key= calls and
+kept ErrorFeedback objects, which that model does not bound, only for being finite); sparse ones against the
 concatenation / tests/mpi/test_sparse.py's serial gtopk; every result bit-identical on
 every rank of its communicator; the send buffer untouched, a recvbuf's tail too.
 
 A watchdog ends the job (MPI Abort, exit status 3) when one call or batch takes longer
 than --timeout seconds, after printing it and every thread's stack. VmRSS is read from
-/proc/self/status every --rss-every calls. The summary (calls by kind, mismatches,
-hangs, RSS at the start, after --warmup calls and at the end, per rank) is printed by
-rank 0 and written to DIR/summary.txt, with every problem and RSS sample to DIR/soak.json.
+/proc/self/status every --rss-every calls, after gc and glibc's malloc_trim. The summary
+(calls by kind, mismatches, hangs, RSS at the start, after --warmup calls and at the end,
+per rank) is printed by rank 0 and written to DIR/summary.txt, with every problem and
+RSS sample to DIR/soak.json.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import faulthandler
 import gc
 import json
@@ -68,6 +72,7 @@ from test_sparse import as_pairs, dense_of, serial_gtopk  # noqa: E402
 from zipcoll.bench.timing import machine, parse_size  # noqa: E402
 from zipcoll.collectives import SCHEDULES  # noqa: E402
 from zipcoll.collectives.ops import BY_NAME  # noqa: E402
+from zipcoll.codecs import ErrorFeedback  # noqa: E402
 from zipcoll.collectives.plan import make_plan  # noqa: E402
 
 HANG_STATUS = 3
@@ -75,7 +80,11 @@ SENTINEL_TAIL = 3  # receive-buffer items past the count, which must stay zero
 COMMS = ("world", "dup", "halves", "odd-even", "fresh-dup")
 COMM_WEIGHTS = (0.4, 0.15, 0.15, 0.15, 0.15)
 LAYOUTS = ("found", "nodes", "grid")
-CODEC_FORMS = ("spec", "config", "object")
+# a spec, a config dict, a Codec, or an ErrorFeedback kept across calls (one per spec, as a
+# training loop keeps one per tensor)
+CODEC_FORMS = ("spec", "config", "object", "feedback")
+FEEDBACK_OBJECTS: dict[str, Any] = {}
+COMPLETIONS = ("wait", "test", "waitall", "waitany")
 ENTRIES = ("out", "inplace", "new", "intracomm", "intracomm-inplace")
 TWO_LEVEL = tuple(n for n, s in SCHEDULES.items() if s.two_level)
 FLAT = tuple(n for n, s in SCHEDULES.items() if not s.two_level)
@@ -128,7 +137,7 @@ class Draw:
     """The next unit of work: one call, or a batch of non-blocking calls on one communicator."""
 
     calls: list[Call]
-    completion: str = "wait"  # a batch: "wait" each in turn, or "test" them round-robin
+    completion: str = "wait"  # how a batch is completed: one of COMPLETIONS
 
 
 def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int],
@@ -151,7 +160,7 @@ def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int],
         n, most = (many, min(max_bytes, MANY_MAX_BYTES)) if crowd else (n, max_bytes)
         calls = [_draw_dense(rng, index + j, comm, most, sizes[comm], batch=True)
                  for j in range(n)]
-        return Draw(calls, completion=("wait", "test")[int(rng.integers(2))])
+        return Draw(calls, completion=COMPLETIONS[int(rng.integers(len(COMPLETIONS)))])
     return Draw([_draw_dense(rng, index, comm, max_bytes, sizes[comm], batch=False)])
 
 
@@ -230,7 +239,13 @@ def dense_input(call: Call, rank: int) -> np.ndarray:
     the call index goes in too, for different data in every call.
     """
     op = "sum" if call.op == "mean" else call.op
-    return rank_data(call.dtype, call.count, call.index * 4096 + rank, op)
+    x = rank_data(call.dtype, call.count, call.index * 4096 + rank, op)
+    if op == "prod" and x.dtype == np.float16:
+        # |x| in [1/2, 2]: a product that falls among float16's subnormals (< 6.1e-5) keeps
+        # only a few bits, so its rounding depends on the order of the factors by more than
+        # the reordering tolerance of `mismatch` allows
+        x = (np.sign(x) * np.clip(np.abs(x), 0.5, 2)).astype(np.float16)
+    return x
 
 
 def sparse_input(call: Call, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -333,6 +348,10 @@ def codec_argument(call: Call) -> Any:
     def form(spec: Any) -> Any:
         if call.codec_form == "spec":
             return spec
+        if call.codec_form == "feedback":
+            if spec not in FEEDBACK_OBJECTS:
+                FEEDBACK_OBJECTS[spec] = ErrorFeedback(zipcoll.get_codec(spec))
+            return FEEDBACK_OBJECTS[spec]
         codec = zipcoll.get_codec(spec)
         return codec.get_config() if call.codec_form == "config" else codec
 
@@ -391,7 +410,8 @@ def _check_lossy(call: Call, comm: MPI.Intracomm, topology: zipcoll.Topology,
     if not np.all(np.isfinite(got)):
         return ["non-finite result from finite input"]
     levels = call.codec.values() if isinstance(call.codec, dict) else [call.codec]
-    if call.key is not None or any(spec not in BOUNDED.values() for spec in levels):
+    feedback = call.key is not None or call.codec_form == "feedback"  # residuals carried in
+    if feedback or any(spec not in BOUNDED.values() for spec in levels):
         return []
     parts = [dense_input(call, r) for r in range(comm.Get_size())]
     problems = check_bound(comm, parts, got, algorithm, topology, call.codec,
@@ -441,16 +461,24 @@ def run_sparse(call: Call, comm: MPI.Intracomm) -> tuple[list[str], dict[str, An
 
 
 def complete(started: list[Started], how: str, order: list[int]) -> None:
-    """Finish a batch of requests in `order`: wait() each, or test() them round-robin."""
+    """Finish a batch of requests in `order`: wait() each, test() them round-robin,
+    zipcoll.waitall, or zipcoll.waitany until none is left."""
+    requests = [started[i].request for i in order]
     if how == "wait":
-        for i in order:
-            started[i].result = started[i].request.wait()
-        return
-    pending = list(order)
-    while pending:
-        pending = [i for i in pending if not started[i].request.test()]
-    for i in order:
-        started[i].result = started[i].request.wait()  # complete: returns the result
+        results = [request.wait() for request in requests]
+    elif how == "test":
+        while not all([request.test() for request in requests]):
+            pass
+        results = [request.wait() for request in requests]  # complete: the results
+    elif how == "waitall":
+        results = zipcoll.waitall(requests)
+    else:
+        results, left = [None] * len(order), list(range(len(order)))
+        while left:
+            which, result = zipcoll.waitany([requests[i] for i in left])
+            results[left.pop(which)] = result
+    for i, result in zip(order, results):
+        started[i].result = result
 
 
 # -- the soak --------------------------------------------------------------------------------
@@ -532,6 +560,19 @@ def rss_kib() -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
+def release_free_memory() -> None:
+    """Collect garbage and hand glibc's free heap pages back, so that RSS counts live memory.
+
+    glibc keeps freed blocks of up to 32 MiB on its heap (its mmap threshold rises to the
+    largest block freed), which would show a 16 MiB message's temporaries as growth.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: RSS includes the allocator's free pages
+        pass
+
+
 def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
     """Run options.calls calls from options.first on; every rank's tally."""
     comms = Communicators(world)
@@ -552,7 +593,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
                 watchdog.disarm()
             index += len(unit.calls)
             if tally.calls >= next_sample:
-                gc.collect()
+                release_free_memory()
                 tally.rss.append((tally.calls, rss_kib()))
                 next_sample += options.rss_every
             if options.progress and rank == 0 and tally.calls >= next_report:
@@ -564,7 +605,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
         if watchdog:
             watchdog.disarm()
         comms.free()
-    gc.collect()
+    release_free_memory()
     tally.rss.append((tally.calls, rss_kib()))
     return tally
 

@@ -22,8 +22,8 @@ CALLS = 300
 
 def test_short_soak(comm):
     # timeout=None: pytest-timeout ends a hang here
-    options = soak.Options(calls=CALLS, seed=11, max_bytes=64 << 10, orders="same",
-                           timeout=None, rss_every=CALLS)
+    options = soak.Options(calls=CALLS, seed=11, max_bytes=64 << 10, orders="per-rank",
+                           many=150, timeout=None, rss_every=CALLS)
     tally = soak.soak(options, comm)
     assert tally.problems == [], "\n".join(f"{c}: {p}" for c, p in tally.problems[:20])
     assert tally.calls == CALLS
