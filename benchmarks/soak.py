@@ -29,7 +29,8 @@ between ranks, and `--first i --calls 1` replays call i. A call picks:
 Checks, per call: lossless results against the MPI library's own Allreduce of the same
 data (tests/arrays.py `mismatch`: bit for bit, floats within reordering error); lossy
 ones against tests/mpi/test_compressed.py's bound model (qsgd, randomk, key= calls and
-kept ErrorFeedback objects, which that model does not bound, only for being finite); sparse ones against the
+kept ErrorFeedback objects, which that model does not bound, only for being finite);
+sparse ones against the
 concatenation / tests/mpi/test_sparse.py's serial gtopk; every result bit-identical on
 every rank of its communicator; the send buffer untouched, a recvbuf's tail too.
 
