@@ -242,7 +242,7 @@ def test_ranks_disagree_on_the_layout(comm):
     send, recv = buffers()
     error = raised(lambda: zipcoll.allreduce(send, recv, comm=comm, algorithm="hierarchical",
                                              topology=topology))
-    assert isinstance(error, MismatchError) and "topology" in str(error), repr(error)
+    assert isinstance(error, MismatchError) and "layout" in str(error), repr(error)
     np.testing.assert_array_equal(recv, buffers()[1])
     assert_still_in_step(comm, "hierarchical")
 
