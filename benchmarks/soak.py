@@ -511,7 +511,7 @@ class Tally:
     by_dtype: Counter = field(default_factory=Counter)
     by_op: Counter = field(default_factory=Counter)
     problems: list = field(default_factory=list)  # (call, problem)
-    rss: list = field(default_factory=list)  # (calls done, VmRSS KiB)
+    rss: list = field(default_factory=list)  # (calls done, VmRSS KiB, residuals held KiB)
 
     def count(self, call: Call) -> None:
         self.calls += 1
@@ -574,13 +574,24 @@ def release_free_memory() -> None:
         pass
 
 
+def memory_sample(calls: int) -> tuple[int, int, int]:
+    """(calls, VmRSS KiB, KiB of error-feedback residuals zipcoll holds for live keys).
+
+    The residuals are memory held on purpose: one array per encode site of the last call
+    on each key (the soak's keys, and one per ErrorFeedback object it keeps), as large as
+    the largest recent message on that key, so they grow as large messages come by.
+    """
+    release_free_memory()
+    return calls, rss_kib(), zipcoll.feedback.nbytes() >> 10
+
+
 def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
     """Run options.calls calls from options.first on; every rank's tally."""
     comms = Communicators(world)
     rank = world.Get_rank()
     watchdog = Watchdog(options.timeout, rank, options.out) if options.timeout else None
     tally = Tally()
-    tally.rss.append((0, rss_kib()))
+    tally.rss.append(memory_sample(0))
     index, end = options.first, options.first + options.calls
     next_sample, next_report, start = options.rss_every, options.progress, time.monotonic()
     try:
@@ -594,8 +605,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
                 watchdog.disarm()
             index += len(unit.calls)
             if tally.calls >= next_sample:
-                release_free_memory()
-                tally.rss.append((tally.calls, rss_kib()))
+                tally.rss.append(memory_sample(tally.calls))
                 next_sample += options.rss_every
             if options.progress and rank == 0 and tally.calls >= next_report:
                 print(f"soak: {tally.calls} calls, {time.monotonic() - start:.0f} s, "
@@ -606,8 +616,7 @@ def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
         if watchdog:
             watchdog.disarm()
         comms.free()
-    release_free_memory()
-    tally.rss.append((tally.calls, rss_kib()))
+    tally.rss.append(memory_sample(tally.calls))
     return tally
 
 
@@ -705,14 +714,17 @@ def summarize(tallies: list[Tally], options: Options, seconds: float, load: tupl
     }
 
 
-def _rss_report(samples: list[tuple[int, int]], warm: int) -> dict:
-    """RSS at the start, after `warm` calls, at the end and at most; growth after warm-up."""
-    after = next((kib for calls, kib in samples if calls >= warm), samples[-1][1])
+def _rss_report(samples: list[tuple[int, int, int]], warm: int) -> dict:
+    """RSS at the start, after `warm` calls, at the end and at most; growth after warm-up,
+    and that growth less the growth of the feedback residuals zipcoll holds."""
+    later = [s for s in samples if s[0] >= warm] or samples[-1:]
+    first, last = later[0], samples[-1]
     mib = lambda kib: round(kib / 1024, 1)  # noqa: E731
-    return {"start": mib(samples[0][1]), "after_warmup": mib(after), "end": mib(samples[-1][1]),
-            "max_after_warmup": mib(max(kib for calls, kib in samples if calls >= warm)
-                                    if any(calls >= warm for calls, _ in samples) else after),
-            "growth_after_warmup": mib(samples[-1][1] - after)}
+    return {"start": mib(samples[0][1]), "after_warmup": mib(first[1]), "end": mib(last[1]),
+            "max_after_warmup": mib(max(s[1] for s in later)),
+            "growth_after_warmup": mib(last[1] - first[1]),
+            "residuals_after_warmup": mib(first[2]), "residuals_end": mib(last[2]),
+            "growth_less_residuals": mib(last[1] - first[1] - (last[2] - first[2]))}
 
 
 def format_summary(report: dict) -> str:
@@ -727,9 +739,12 @@ def format_summary(report: dict) -> str:
     lines += [f"  rank {p['rank']}: {p['call']}: {p['problem']}" for p in report["problems"][:30]]
     lines.append(f"hangs: {report['hangs']}")
     lines.append("RSS MiB per rank (start / after warm-up / end / max after warm-up; "
-                 "growth after warm-up):")
+                 "growth after warm-up; feedback residuals held after warm-up -> end; "
+                 "growth less residuals):")
     lines += [f"  rank {rank}: {r['start']} / {r['after_warmup']} / {r['end']} / "
-              f"{r['max_after_warmup']}; {r['growth_after_warmup']:+}"
+              f"{r['max_after_warmup']}; {r['growth_after_warmup']:+}; "
+              f"{r['residuals_after_warmup']} -> {r['residuals_end']}; "
+              f"{r['growth_less_residuals']:+}"
               for rank, r in enumerate(report["rss_mib"])]
     return "\n".join(lines)
 
