@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import array as pyarray
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from mpi4py import MPI
 
 from arrays import KINDS, DLPackOnly, FakeCUDA, view
+from frameworks import framework_params
 from zipcoll import buffers
 from zipcoll.buffers import HOST, as_array, empty_like, result_like
 from zipcoll.errors import MissingDependencyError
@@ -182,3 +185,70 @@ def test_new_result_of_another_kind_is_numpy():
 def test_optional_imports_name_their_extra():
     with pytest.raises(MissingDependencyError, match=r"zipcoll\[jax\]"):
         buffers.import_optional("no_such_module_zipcoll", "jax")
+
+
+# -- framework arrays: torch, JAX, Numba (simulated) device arrays ------------------------
+
+def _address(obj) -> int:
+    """Where a framework array's memory starts."""
+    if hasattr(obj, "data_ptr"):
+        return obj.data_ptr()
+    if hasattr(obj, "unsafe_buffer_pointer"):
+        return obj.unsafe_buffer_pointer()
+    return obj._ary.ctypes.data
+
+
+@pytest.mark.parametrize("fw", framework_params())
+def test_framework_arrays_without_copy(fw):
+    fw.require()
+    obj = fw.make(np.arange(12, dtype=np.float32).reshape(3, 4))
+    buf = as_array(obj)
+    assert buf.device == HOST and buf.source is obj and buf.shape == (3, 4)
+    assert buf.array.ctypes.data == _address(obj) and buf.count == 12
+    assert buf.writable == fw.mutable
+
+
+@pytest.mark.parametrize("fw", framework_params())
+def test_framework_result_is_the_callers_kind_without_copy(fw):
+    fw.require()
+    obj = fw.make(np.zeros((3, 4), np.float32))
+    buf = as_array(obj)
+    work = empty_like(buf)
+    work[...] = np.arange(12)
+    result = result_like(buf, work)
+    assert type(result) is type(obj) and result is not obj
+    assert _address(result) == work.ctypes.data  # adopted, not copied
+    np.testing.assert_array_equal(fw.read(result), np.arange(12).reshape(3, 4))
+
+
+def test_jax_in_place_is_a_type_error():
+    jnp = pytest.importorskip("jax.numpy")
+    with pytest.raises(TypeError, match="JAX arrays are immutable"):
+        as_array(jnp.zeros(4), writable=True)
+    with pytest.raises(TypeError, match="JAX arrays are immutable"):
+        as_array([jnp.zeros(4), MPI.FLOAT], writable=True)
+
+
+def test_torch_tensor_that_requires_grad_is_a_type_error():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="detach"):
+        as_array(torch.zeros(4, requires_grad=True))
+    assert as_array(torch.zeros(4, requires_grad=True).detach()).count == 4
+
+
+@pytest.mark.parametrize("module", ["torch", "jax.numpy"])
+def test_bfloat16_is_a_type_error(module):
+    xp = pytest.importorskip(module)
+    with pytest.raises(TypeError, match="bfloat16"):
+        as_array(xp.zeros(4, dtype=xp.bfloat16))
+
+
+def test_simulated_numba_arrays_are_what_numba_cuda_makes():
+    """Under NUMBA_ENABLE_CUDASIM=1, numba.cuda.to_device returns the class the tests use."""
+    code = ("import numpy as np; from numba import cuda; from zipcoll.buffers import as_array; "
+            "d = cuda.to_device(np.arange(5.0)); b = as_array(d, writable=True); "
+            "b.array[:] = 7; print(type(d).__name__, b.device, d.copy_to_host().sum())")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.stdout.split() == ["FakeCUDAArray", "host", "35.0"], run.stderr[-2000:]

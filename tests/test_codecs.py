@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from zipcoll.codecs import (FLAG_LOST_NONFINITE, HEADER_BYTES, ErrorFeedback, UnknownCodecError,
-                            get_codec, list_codecs, read_header)
+from zipcoll.codecs import (FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, ErrorFeedback, Int8,
+                            UnknownCodecError, get_codec, list_codecs, read_header)
 from zipcoll.codecs.backend import host
 
 # one spec per codec and the variants whose layout or rounding differ
@@ -168,6 +168,37 @@ def test_topk_matches_a_sort():
         np.testing.assert_array_equal(y, expected)
 
 
+def _topk_reference(x, k):
+    """Sorted indices of the k largest |x|, NaN largest, ties to the lower index."""
+    key = np.where(np.isnan(x), np.inf, np.abs(x.astype(np.float64)))
+    rank = np.lexsort((np.arange(x.size), -key))  # by key descending, then by index
+    nan_first = np.concatenate([np.flatnonzero(np.isnan(x)), rank[~np.isnan(x[rank])]])
+    return np.sort(nan_first[:k])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["gauss", "ties", "misleading_sample", "nonfinite", "sorted"])
+def test_topk_large_matches_the_reference(case, dtype):
+    n = 1 << 20  # above the size where the kernels go parallel
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(n)
+    if case == "ties":
+        x = np.round(x * 4) / 4  # a few distinct values: the k-th ties with thousands
+    elif case == "misleading_sample":
+        x = np.ones(n)
+        x[::16] = 2.0  # every sampled element is large, most others are not
+    elif case == "sorted":  # the largest crowd the first chunks of the parallel pass
+        x = np.linspace(1, 0, n)
+    elif case == "nonfinite":
+        x[rng.integers(0, n, 500)] = np.nan
+        x[rng.integers(0, n, 500)] = -np.inf
+    x = x.astype(dtype)
+    for k in (1, 1000, n // 100, n // 10, n - 1):
+        payload = get_codec({"id": "topk", "k": k}).encode(x)
+        indices = payload[HEADER_BYTES:HEADER_BYTES + 4 * k].view(np.int32)
+        np.testing.assert_array_equal(indices, _topk_reference(x, k), err_msg=f"k={k}")
+
+
 def test_topk_ties_go_to_lower_indices():
     x = np.array([1, -2, 2, 2, 0.5, -2], np.float32)
     y = get_codec("topk:k=2").decode(get_codec("topk:k=2").encode(x))
@@ -259,15 +290,17 @@ def test_deterministic_codecs_ignore_seed():
 # what each codec documents for NaN and Inf: kept as such, NaN, or the flag that poisons
 NONFINITE = {
     "none": "kept", "fp16": "kept", "bf16": "kept", "topk:k=10": "kept",
-    "threshold:tau=1": "kept", "int8": "nan", "int4": "nan", "int2": "nan",
-    "qsgd": "nan", "terngrad": "nan", "sign": "block", "randomk:k=10": "poison",
+    "threshold:tau=1": "kept", "int8": "kept", "int4": "kept", "int2": "nan",
+    "qsgd": "kept", "qsgd:levels=3": "kept", "terngrad": "nan", "sign": "kept",
+    "sign:block=8": "kept", "randomk:k=10": "poison",
 }
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("spec", NONFINITE)
-def test_nan_and_inf_never_become_finite(spec):
+def test_nan_and_inf_never_become_finite(spec, dtype):
     codec = get_codec(spec)
-    x = data(600)
+    x = data(600, dtype)
     bad = [3, 300, 599]
     x[bad] = [np.nan, np.inf, -np.inf]
     payload = codec.encode(x, seed=1)
@@ -278,14 +311,94 @@ def test_nan_and_inf_never_become_finite(spec):
         np.testing.assert_array_equal(y[bad], x[bad])
     elif rule == "nan":
         assert np.isnan(y[bad]).all()
-        ok = np.isfinite(x)
-        assert np.all(np.abs(y - x)[ok] <= codec.error_bound(x)[ok])
-    elif rule == "block":
-        assert not np.isfinite(y[:256]).any() and np.isfinite(y[256 * 2 + 88:]).all() is not None
     else:
         assert read_header(payload, host()).flags & FLAG_LOST_NONFINITE
+    if rule != "poison":  # the other elements are as good as without the NaN and Inf
+        ok = np.isfinite(x)
+        assert np.isfinite(y[ok]).all()
+        assert np.all(np.abs(y[ok] - x[ok]) <= codec.error_bound(x)[ok])
     acc = np.zeros_like(x)
     assert not np.isfinite(codec.decode_add(payload, acc)[bad]).any()
+
+
+@pytest.mark.parametrize("spec", ["int8", "int4", "int2", "qsgd", "terngrad", "sign"])
+def test_blocks_without_nonfinite_are_coded_as_before(spec):
+    codec = get_codec(f"{spec}:block=64")
+    x = data(256)
+    clean = codec.decode(codec.encode(x, seed=5))
+    x[70] = np.inf  # block 1
+    y = codec.decode(codec.encode(x, seed=5))
+    others = np.r_[0:64, 128:256]
+    np.testing.assert_array_equal(y[others], clean[others])
+
+
+def test_sign_block_with_nonfinite():
+    codec = get_codec("sign:block=8")
+    x = np.array([1, -2, np.nan, 4, 1, 1, 1, 1,  # NaN: only it non-finite
+                  1, np.inf, -3, np.inf, 5, 6, 7, 8,  # one Inf twice: kept
+                  np.inf, -np.inf, 1, 1, 1, 1, 1, 1,  # mixed: NaN
+                  -1, 1, -1, 1, -1, 1, -1, 1], np.float32)
+    y = codec.decode(codec.encode(x))
+    expected = np.array([0, 0, np.nan, 0, 0, 0, 0, 0, 0, np.inf, 0, np.inf, 0, 0, 0, 0,
+                         np.nan, np.nan, 0, 0, 0, 0, 0, 0, -1, 1, -1, 1, -1, 1, -1, 1], np.float32)
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_int8_infinities_and_nan_in_one_block():
+    codec = get_codec("int8:block=8")
+    x = np.array([np.inf, -np.inf, np.nan, 126.0, -63.0, 0.5, 0, -126.0], np.float32)
+    y = codec.decode(codec.encode(x))
+    np.testing.assert_array_equal(y[:3], x[:3])
+    np.testing.assert_allclose(y[3:], [126, -63, 1, 0, -126])  # step 126 / 126 = 1
+
+
+class _Width(Int8):
+    """Absmax codes of any width (not registered: Int8's tag, levels tell them apart)."""
+
+    def __init__(self, bits, block=256):
+        self.bits = bits
+        super().__init__(block)
+
+
+def _width_codec(bits, block):
+    """A codec of ``bits``-bit codes: sign for 1, an absmax quantizer for the others."""
+    return get_codec({"id": "sign", "block": block}) if bits == 1 else _Width(bits, block)
+
+
+@pytest.mark.parametrize("block", [8, 24, 256])
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_every_width_packs_into_exactly_wire_bytes(bits, block):
+    codec = _width_codec(bits, block)
+    for n in (0, 1, 5, 8, 9, 23, 24, 25, 255, 256, 257, 1001):
+        x = data(n)
+        nbytes = codec.wire_bytes(n)
+        out = np.full(nbytes + 16, 0xA5, np.uint8)
+        payload = codec.encode(x, out=out)
+        assert payload.size == nbytes
+        assert (out[nbytes:] == 0xA5).all(), f"{bits} bits wrote past wire_bytes"
+        scales = -(-4 * -(-n // block) // 8) * 8
+        assert nbytes == HEADER_BYTES + scales + -(-n * bits // 8)  # codes: ceil(n bits / 8)
+        y = codec.decode(payload)
+        assert np.all(np.abs(y.astype(np.float64) - x) <= codec.error_bound(x)), (bits, n)
+        acc = np.ones(n, np.float32)
+        np.testing.assert_allclose(codec.decode_add(payload, acc), 1 + y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [0, 9, 16, 2.5])
+def test_widths_it_cannot_pack_are_refused(bits):
+    with pytest.raises(ValueError, match="bits"):
+        _width_codec(bits, 256)
+
+
+@pytest.mark.parametrize("levels, bits", [(1, 2), (2, 3), (3, 3), (7, 4), (15, 5), (31, 6),
+                                          (63, 7), (127, 8)])
+def test_qsgd_takes_the_fewest_bits(levels, bits):
+    codec = get_codec({"id": "qsgd", "levels": levels})
+    assert codec.bits == bits
+    x = data(1000, np.float64)
+    payload = codec.encode(x, seed=3)
+    assert payload.size == codec.wire_bytes(1000)
+    assert np.all(np.abs(codec.decode(payload) - x) <= codec.error_bound(x))
 
 
 def test_topk_drops_nonfinite_only_with_the_flag():
@@ -315,6 +428,21 @@ def test_error_feedback_tracks_the_sum():
     codec.reset()
     assert codec.keys() == []
     assert codec.fixed_size and not codec.lossless and codec.wire_bytes(512) == get_codec("sign").wire_bytes(512)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spec", ["int8", "int4:block=24", "int2", "int8:stochastic=true",
+                                  "qsgd", "qsgd:levels=3", "terngrad", "sign", "sign:block=40",
+                                  "topk:k=9", "fp16"])
+def test_residual_written_while_encoding_is_the_two_pass_one(spec, dtype):
+    codec = get_codec(spec)
+    x = data(1001, dtype)
+    x[[5, 600]] = [np.inf, np.nan]
+    fused, plain = data(1001, dtype, seed=2), data(1001, dtype, seed=2)
+    payload = codec.encode_with_residual(x, fused, seed=7)
+    expected = Codec.encode_with_residual(codec, x, plain, seed=7)  # encode, then decode
+    np.testing.assert_array_equal(payload, expected)
+    np.testing.assert_array_equal(fused, plain)
 
 
 def test_error_feedback_drops_a_nonfinite_residual():
@@ -347,3 +475,23 @@ def test_missing_cupy_names_the_extra():
         pass
     with pytest.raises(ImportError, match=r"zipcoll\[cuda12\]"):
         backend.backend_of(FakeDeviceArray())
+
+
+def test_a_new_codec_needs_its_wire_tag(monkeypatch):
+    from zipcoll.codecs import WIRE_TAGS, base
+    from zipcoll.codecs.cast import _Cast
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # forget it afterwards
+    with pytest.raises(ValueError, match="WIRE_TAGS"):
+        type("Untagged", (_Cast,), {"codec_id": "untagged"})
+    monkeypatch.setitem(WIRE_TAGS, "half2", WIRE_TAGS["fp16"])
+    with pytest.raises(ValueError, match="unique"):
+        type("Half2", (_Cast,), {"codec_id": "half2"})
+    monkeypatch.setitem(WIRE_TAGS, "half2", max(WIRE_TAGS.values()) + 1)
+    half2 = type("Half2", (_Cast,), {"codec_id": "half2"})
+    codec = get_codec("half2")
+    assert type(codec) is half2 and codec.wire_tag == WIRE_TAGS["half2"]
+    x = data(100)
+    np.testing.assert_array_equal(codec.decode(codec.encode(x)), x.astype(np.float16))
+    with pytest.raises(ValueError, match="half2"):
+        get_codec("fp16").decode(codec.encode(x))

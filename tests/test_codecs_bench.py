@@ -17,7 +17,8 @@ def test_json_report(capsys):
     assert report["command"].startswith("zipcoll-bench codecs") and report["machine"]["cores"]
     assert [(r["spec"], r["bytes"]) for r in report["rows"]] == [
         ("int8", 4096), ("topk:k=5", 4096), ("int8", 8192), ("topk:k=5", 8192)]
-    assert all(r["encode_GBps"] > 0 and r["memcpy_GBps"] > 0 for r in report["rows"])
+    assert all(r["encode_GBps"] > 0 and r["memcpy_GBps"] > 0 and r["ef_encode_GBps"] > 0
+               and r["ef_two_pass_GBps"] > 0 for r in report["rows"])
 
 
 def test_table(capsys):

@@ -14,6 +14,7 @@ SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 SPECS = ["fp16", "bf16", "none", "int8", "int8:block=16", "int4", "int2",
          "int8:stochastic=true", "int4:stochastic=true,block=24", "qsgd", "qsgd:levels=100",
+         "qsgd:levels=3", "qsgd:levels=20,block=16",
          "terngrad", "sign", "sign:block=24", "topk:ratio=0.2", "topk:k=3,values=float16",
          "randomk:ratio=0.2", "randomk:k=4,values=float16,scaled=false", "threshold:tau=2"]
 
@@ -58,3 +59,18 @@ else:
         out = cuda.device_array(n, dtype)
         codec.decode(cuda.to_device(host), out=out)
         np.testing.assert_array_equal(out.copy_to_host(), codec.decode(host))
+
+    @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    @pytest.mark.parametrize("n", [9, 77])
+    @pytest.mark.parametrize("spec", ["int8", "int4:block=24", "int2", "qsgd:levels=3",
+                                      "terngrad", "sign", "sign:block=24"])
+    def test_residual_written_while_encoding_matches_host(spec, n, dtype):
+        codec = get_codec(spec)
+        x = data(n, dtype, True)
+        residual = data(n + 1, dtype, False)[1:]
+        device_residual = cuda.to_device(residual)
+        host = codec.encode_with_residual(x, residual, seed=5)
+        device = codec.encode_with_residual(cuda.to_device(x), device_residual, seed=5)
+        np.testing.assert_array_equal(device, host)
+        np.testing.assert_array_equal(device_residual.copy_to_host(), residual)

@@ -6,7 +6,11 @@
     total = zipcoll.allreduce(np.ones(1 << 20, np.float32), algorithm="ring")
     approx = zipcoll.allreduce(x, algorithm="hierarchical", codec="int8", key="grad")
     comm = zipcoll.Intracomm(MPI.COMM_WORLD)   # drop-in: comm.Allreduce(...) is zipcoll's
+
+`zipcoll.torch` (PyTorch's DDP communication hook) is imported on first use.
 """
+import importlib
+
 from zipcoll.codecs import get_codec, list_codecs
 from zipcoll.collectives import (ALGORITHMS, SCHEDULES, Intracomm, Request, allreduce,
                                  iallreduce, sparse_allgather, sparse_allreduce)
@@ -17,6 +21,14 @@ from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`zipcoll.torch` on first use: PyTorch is optional and slow to import."""
+    if name == "torch":
+        return importlib.import_module("zipcoll.torch")
+    raise AttributeError(f"module 'zipcoll' has no attribute {name!r}")
+
 
 __all__ = [
     "ALGORITHMS", "Intracomm", "MismatchError", "MissingDependencyError", "Request",

@@ -5,10 +5,13 @@
 - NumPy arrays, `array.array`, `bytearray`, `memoryview`, any buffer-protocol object;
 - objects with `__dlpack__` (torch CPU tensors, JAX CPU arrays, NumPy >= 1.22);
 - objects with `__cuda_array_interface__` (CuPy, Numba device arrays, torch CUDA);
+- Numba device arrays of the CUDA simulator (`NUMBA_ENABLE_CUDASIM=1`): host memory;
 - mpi4py buffer specs: `[buf, datatype]`, `[buf, count, datatype]`, `(buf, datatype)`.
 
 It returns a `Buffer`: a contiguous 1-D view (NumPy on the host, CuPy on a GPU), the
 device it lives on, and how to hand a new result back in the caller's own kind.
+JAX arrays are immutable: they are read in place, and a result is a new JAX array (an
+in-place request on one is a TypeError); torch tensors and Numba arrays are written in place.
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll.codecs.backend import _is_simulated as is_simulated
+from zipcoll.codecs.backend import cupy
 from zipcoll.errors import MissingDependencyError
 
 HOST = "host"
@@ -61,11 +66,6 @@ def import_optional(module: str, extra: str):
         raise MissingDependencyError(module, extra) from exc
 
 
-def cupy():
-    """The CuPy module (the [cuda12] or [cuda13] extra)."""
-    return import_optional("cupy", "cuda12")
-
-
 def is_buffer_spec(obj: Any) -> bool:
     """True for mpi4py's `[buf, datatype]` / `[buf, count, datatype]` forms."""
     return (
@@ -86,10 +86,15 @@ def as_array(obj: Any, *, writable: bool = False) -> Buffer:
         raise TypeError(f"expected a buffer, got {obj!r}")
     if is_buffer_spec(obj):
         buf = _from_spec(obj)
+    elif is_simulated(obj):
+        buf = _flat(obj._ary, obj, HOST)  # the simulator keeps device memory in NumPy
     elif hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray):
         buf = _from_cuda(obj)
     else:
         buf = _from_host(obj)
+    if writable and _is_jax(buf.source):
+        raise TypeError("JAX arrays are immutable: pass the array as sendbuf (not recvbuf "
+                        "or MPI.IN_PLACE) and use the new array returned")
     if writable and not buf.writable:
         raise ValueError(f"the receive buffer ({type(obj).__name__}) is read-only")
     return buf
@@ -123,7 +128,7 @@ def _from_host(obj: Any) -> Buffer:
 def _has_buffer_protocol(obj: Any) -> bool:
     try:
         memoryview(obj)
-    except TypeError:
+    except (TypeError, BufferError):  # BufferError: JAX's bfloat16
         return False
     return True
 
@@ -134,8 +139,25 @@ def _from_dlpack(obj: Any) -> Buffer:
         return _flat(cupy().from_dlpack(obj), obj, CUDA)
     if device_type not in _DLPACK_HOST_DEVICES:
         raise TypeError(f"DLPack device type {device_type} is not supported (host or CUDA)")
-    arr = np.from_dlpack(obj)
+    try:
+        arr = np.from_dlpack(obj)
+    except (BufferError, RuntimeError) as exc:  # e.g. bfloat16, a torch tensor needing grad
+        raise TypeError(f"cannot read {type(obj).__name__} {_dtype_name(obj)} through "
+                        f"DLPack: {exc}") from None
     return _flat(arr, obj, HOST)
+
+
+def _dtype_name(obj: Any) -> str:
+    return str(getattr(obj, "dtype", "")) or "buffer"
+
+
+def _framework(obj: Any) -> str:
+    """The top-level module of obj's type: "torch", "jax", "jaxlib", "numba", "numpy", ..."""
+    return type(obj).__module__.split(".")[0]
+
+
+def _is_jax(obj: Any) -> bool:
+    return _framework(obj) in ("jax", "jaxlib")
 
 
 def _from_cuda(obj: Any) -> Buffer:
@@ -164,9 +186,22 @@ def _from_spec(spec: Any) -> Buffer:
 
 
 def empty_like(buf: Buffer) -> Any:
-    """A new uninitialised 1-D array on the same device as `buf`."""
-    xp = cupy() if buf.device == CUDA else np
-    return xp.empty(buf.count, dtype=buf.dtype)
+    """A new uninitialised 1-D array on the same device as `buf`.
+
+    For a JAX array on the host it is 64-byte aligned, so the result can become a JAX
+    array without a copy (JAX adopts aligned host memory through DLPack, copies the rest).
+    """
+    if buf.device == CUDA:
+        return cupy().empty(buf.count, dtype=buf.dtype)
+    if _is_jax(buf.source):
+        return _aligned_empty(buf.count, buf.dtype, 64)
+    return np.empty(buf.count, dtype=buf.dtype)
+
+
+def _aligned_empty(count: int, dtype: np.dtype, alignment: int) -> np.ndarray:
+    raw = np.empty(count * dtype.itemsize + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + count * dtype.itemsize].view(dtype)
 
 
 def result_like(buf: Buffer, result: Any) -> Any:
@@ -176,7 +211,7 @@ def result_like(buf: Buffer, result: Any) -> Any:
     """
     source = buf.source
     shaped = result.reshape(buf.shape)
-    module = type(source).__module__.split(".")[0]
+    module = _framework(source)
     if module == "torch":
         import torch
 
@@ -184,12 +219,25 @@ def result_like(buf: Buffer, result: Any) -> Any:
     if module in ("jax", "jaxlib"):
         import jax.numpy as jnp
 
-        return jnp.asarray(shaped)
+        return jnp.from_dlpack(shaped)  # adopts aligned host memory, else copies
+    if module == "numba":
+        return _numba_like(source, shaped)
     if isinstance(source, _pyarray.array) and source.typecode == result.dtype.char:
         return _pyarray.array(source.typecode, result.tobytes())
     if isinstance(source, bytearray):
         return bytearray(result.tobytes())
     return shaped
+
+
+def _numba_like(source: Any, shaped: Any) -> Any:
+    """A Numba device array over `shaped` (a simulated one over host memory)."""
+    if is_simulated(source):
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(shaped)
+    from numba import cuda
+
+    return cuda.as_cuda_array(shaped)
 
 
 def synchronize(buf: Buffer) -> None:

@@ -13,6 +13,18 @@ def _version(module: str) -> str:
         return "not installed"
 
 
+def _kernel_threads(comm) -> str:
+    """The CPU kernels' thread count in force on this rank, and where it comes from."""
+    from zipcoll.codecs.backend import cores_shared, machine_identity, share_machine_cores
+
+    identities = comm.allgather(machine_identity())
+    threads = share_machine_cores(identities, comm.Get_rank())
+    if "NUMBA_NUM_THREADS" in os.environ:
+        return f"{threads} (NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']})"
+    cores, sharing = cores_shared(identities, comm.Get_rank())
+    return f"{threads} a rank (rank 0's {cores} cores, shared by {sharing} ranks on them)"
+
+
 def report() -> list[tuple[str, str]]:
     """(item, value) lines describing this process's view of zipcoll's world."""
     from mpi4py import MPI
@@ -34,6 +46,7 @@ def report() -> list[tuple[str, str]]:
         ("torch", _version("torch")),
         ("jax", _version("jax")),
         ("ranks", str(comm.Get_size())),
+        ("kernel threads", _kernel_threads(comm)),
         ("nodes", f"{topology.num_nodes} ({[len(n) for n in topology.nodes]} ranks each)"),
         ("algorithms", ", ".join(zipcoll.ALGORITHMS)),
         ("codecs", ", ".join(zipcoll.list_codecs())),

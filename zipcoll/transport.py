@@ -175,13 +175,9 @@ class Transport:
         """Whether `reordered(order)` is cached (so not collective)."""
         return ("order", tuple(order)) in self._subs
 
-    def ranks_sharing_memory(self) -> int:
-        """Ranks of this communicator in this rank's shared-memory domain."""
-        local = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        try:
-            return local.Get_size()
-        finally:
-            local.Free()
+    def allgather_object(self, obj: Any) -> list:
+        """Every rank's `obj` (small, picklable), in rank order (collective, blocking)."""
+        return self.comm.allgather(obj)
 
     def free(self) -> None:
         """Free the private communicator and its sub-communicators (no-op after Finalize)."""

@@ -8,7 +8,9 @@ of the same bytes (``numpy.copyto``), timed in the same run, is the ceiling each
 is compared with. Buffers are allocated and touched before timing; each figure is the
 median of ``-i`` timed iterations after ``-x`` warm-up ones (at least one, which also
 compiles the kernels). Also printed: wire ratio (input bytes / payload bytes) and the
-relative error ||decode(encode(x)) - x|| / ||x|| on Gaussian data.
+relative error ||decode(encode(x)) - x|| / ||x|| on Gaussian data. ``ef_enc`` is error
+feedback's step (``encode_with_residual``: encode x + residual, keep what was lost) as
+the codec runs it, ``ef_2pass`` the same step done as encode then decode, for comparison.
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ def timed(fn, iterations: int, warmup: int) -> float:
 
 def measure(codec, x: np.ndarray, iterations: int, warmup: int, copy_s: float) -> dict:
     """One row: throughputs, fraction of the copy, wire ratio and relative error."""
+    from zipcoll.codecs import Codec
+
     n = x.size
     out = np.zeros(codec.wire_bytes(n, x.dtype), np.uint8)  # touched before timing
     payload = codec.encode(x, out=out)
@@ -60,6 +64,10 @@ def measure(codec, x: np.ndarray, iterations: int, warmup: int, copy_s: float) -
     encode_s = timed(lambda: codec.encode(x, out=out), iterations, warmup)
     decode_s = timed(lambda: codec.decode(payload, out=y), iterations, warmup)
     add_s = timed(lambda: codec.decode_add(payload, acc), iterations, warmup)
+    residual = np.zeros_like(x)
+    fused_s = timed(lambda: codec.encode_with_residual(x, residual, out=out), iterations, warmup)
+    two_pass_s = timed(lambda: Codec.encode_with_residual(codec, x, residual, out=out),
+                       iterations, warmup)
     codec.decode(payload, out=y)
     finite = np.isfinite(y)
     gbs = lambda s: x.nbytes / s / 1e9  # noqa: E731
@@ -67,6 +75,7 @@ def measure(codec, x: np.ndarray, iterations: int, warmup: int, copy_s: float) -
         "config": codec.get_config(), "spec": None, "bytes": x.nbytes, "n": n,
         "encode_GBps": gbs(encode_s), "decode_GBps": gbs(decode_s),
         "decode_add_GBps": gbs(add_s), "memcpy_GBps": gbs(copy_s),
+        "ef_encode_GBps": gbs(fused_s), "ef_two_pass_GBps": gbs(two_pass_s),
         "encode_vs_copy": copy_s / encode_s, "decode_add_vs_copy": copy_s / add_s,
         "wire_bytes": int(payload.size), "wire_ratio": x.nbytes / payload.size,
         "rel_error": float(np.linalg.norm((y - x)[finite]) / np.linalg.norm(x))
@@ -103,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         print("# zipcoll codec benchmark: GB/s of input, median of %d iterations" % args.iterations)
         print("# %s" % json.dumps(timing.machine()))
         print(f"{'# Size':>10} {'codec':<22} {'encode':>8} {'decode':>8} {'dec_add':>8} "
-              f"{'memcpy':>8} {'enc/cp':>7} {'add/cp':>7} {'ratio':>7} {'rel_err':>9}")
+              f"{'memcpy':>8} {'enc/cp':>7} {'add/cp':>7} {'ratio':>7} {'rel_err':>9} "
+              f"{'ef_enc':>8} {'ef_2pass':>8}")
     for nbytes in sizes(args.message_size):
         x = np.random.default_rng(0).standard_normal(nbytes // np.dtype(args.dtype).itemsize)
         x = x.astype(args.dtype)
@@ -117,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{nbytes:>10} {spec:<22} {row['encode_GBps']:8.2f} {row['decode_GBps']:8.2f} "
                       f"{row['decode_add_GBps']:8.2f} {row['memcpy_GBps']:8.2f} "
                       f"{row['encode_vs_copy']:7.0%} {row['decode_add_vs_copy']:7.0%} "
-                      f"{row['wire_ratio']:7.2f} {row['rel_error']:9.2e}", flush=True)
+                      f"{row['wire_ratio']:7.2f} {row['rel_error']:9.2e} "
+                      f"{row['ef_encode_GBps']:8.2f} {row['ef_two_pass_GBps']:8.2f}", flush=True)
     if args.json:
         json.dump({"command": "zipcoll-bench codecs " + " ".join(argv or sys.argv[1:]),
                    "machine": timing.machine(), "rows": rows}, sys.stdout, indent=1)

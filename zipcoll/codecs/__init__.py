@@ -8,9 +8,17 @@
 Codecs: ``none``, ``fp16``, ``bf16``, ``int8``, ``int4``, ``int2``, ``qsgd``, ``terngrad``,
 ``sign``, ``topk``, ``randomk``, ``threshold``, and ``feedback`` (``ErrorFeedback``).
 No MPI here: the collectives move the payloads.
+
+Adding a codec: one module in this package defining a ``WireCodec`` subclass with a
+``codec_id`` (it registers itself: every module here is imported below), and its tag
+in ``base.WIRE_TAGS``.
 """
-from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, Header, Payload, UnknownCodecError,
-                   get_codec, list_codecs, parse_spec, read_header, register_codec)
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, WIRE_TAGS, Codec, Header, Payload,
+                   UnknownCodecError, WireCodec, get_codec, list_codecs, parse_spec, read_header,
+                   register_codec)
 from .cast import BF16, FP16, Raw
 from .feedback import ErrorFeedback
 from .quantize import QSGD, BlockQuantizer, Int2, Int4, Int8, TernGrad
@@ -18,8 +26,11 @@ from .sign import Sign
 from .sparsify import RandomK, Threshold, TopK
 
 __all__ = [
-    "Codec", "Header", "Payload", "UnknownCodecError", "get_codec", "list_codecs", "parse_spec",
+    "Codec", "WireCodec", "WIRE_TAGS", "Header", "Payload", "UnknownCodecError", "get_codec", "list_codecs", "parse_spec",
     "read_header", "register_codec", "HEADER_BYTES", "FLAG_LOST_NONFINITE",
     "Raw", "FP16", "BF16", "BlockQuantizer", "Int8", "Int4", "Int2", "QSGD", "TernGrad",
     "Sign", "TopK", "RandomK", "Threshold", "ErrorFeedback",
 ]
+
+for _module in _pkgutil.iter_modules(__path__):  # each codec module registers its codecs
+    _importlib.import_module(f"{__name__}.{_module.name}")

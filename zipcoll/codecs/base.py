@@ -10,6 +10,9 @@ header, and raises ``ValueError`` before reading anything it does not have.
 
 Codecs register themselves by defining ``codec_id`` (numcodecs style); ``get_codec``
 builds one from an instance, a config dict or a short string such as ``"int4:block=128"``.
+``Codec`` is the contract; ``WireCodec`` adds the payload format above, and its tag byte
+comes from the one table ``WIRE_TAGS``: a new codec with a format of its own is one file
+plus one line there.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from .backend import Backend, backend_of
 
 HEADER_BYTES = 32
 MAGIC = 0x435A  # b"ZC" little-endian
-VERSION = 1
+VERSION = 2  # 2: +-Inf kept by the block codecs (marked blocks), any width packed
 FLAG_LOST_NONFINITE = 1  # a NaN/Inf was not sent: unsent elements decode to NaN
 
 _HEADER = np.dtype([("magic", "<u2"), ("version", "u1"), ("tag", "u1"), ("dtype", "u1"),
@@ -36,8 +39,15 @@ _DTYPE_CODES = {dt: code for code, dt in _DTYPES.items()}
 #: what ``encode`` returns and ``decode`` takes: a 1-D uint8 array (NumPy, or CuPy on a GPU)
 Payload = Any
 
+#: the tag byte of each codec's payloads. A tag is never reused, so a payload of a codec
+#: that was removed cannot be read as another's; a new codec takes an unused number.
+WIRE_TAGS: dict[str, int] = {
+    "fp16": 1, "bf16": 2, "none": 3,
+    "int8": 10, "int4": 11, "int2": 12, "qsgd": 13, "terngrad": 14, "sign": 15,
+    "topk": 20, "randomk": 21, "threshold": 22,
+}
+
 _REGISTRY: dict[str, type["Codec"]] = {}
-_TAGS: dict[int, str] = {}
 
 
 class UnknownCodecError(ValueError):
@@ -98,12 +108,18 @@ def check_float_array(x, what: str) -> None:
 
 def register_codec(cls: type["Codec"]) -> type["Codec"]:
     """Add a codec class to the registry (done by ``Codec.__init_subclass__``)."""
-    for taken, owner in ((cls.codec_id in _REGISTRY, cls.codec_id),
-                         (cls.wire_tag in _TAGS, _TAGS.get(cls.wire_tag))):
-        if taken and _REGISTRY.get(owner) is not cls:
-            raise ValueError(f"codec id or wire tag of {cls.__name__} already used by {owner}")
+    owner = _REGISTRY.get(cls.codec_id)
+    if owner is not None and owner is not cls:
+        raise ValueError(f"codec id {cls.codec_id!r} of {cls.__name__} already used by "
+                         f"{owner.__name__}")
+    if issubclass(cls, WireCodec):
+        tag = WIRE_TAGS.get(cls.codec_id)
+        if tag is None:
+            raise ValueError(f"codec {cls.codec_id!r} has a wire format but no tag: add it to "
+                             f"zipcoll.codecs.base.WIRE_TAGS")
+        if not 0 <= tag < 256 or list(WIRE_TAGS.values()).count(tag) > 1:
+            raise ValueError(f"wire tag {tag} of codec {cls.codec_id!r} is not one unique byte")
     _REGISTRY[cls.codec_id] = cls
-    _TAGS[cls.wire_tag] = cls.codec_id
     return cls
 
 
@@ -148,7 +164,7 @@ def get_codec(spec) -> "Codec":
 
 
 class Codec(abc.ABC):
-    """A 1-D float array <-> one ``uint8`` payload. Subclasses set ``codec_id`` and ``wire_tag``.
+    """The contract: a 1-D float array <-> one ``uint8`` payload. Subclasses set ``codec_id``.
 
     Properties the schedules may ask: ``lossless`` (decode(encode(x)) == x), ``unbiased``
     (E[decode(encode(x))] == x), ``stochastic`` (uses random numbers: takes ``seed``),
@@ -157,7 +173,6 @@ class Codec(abc.ABC):
     """
 
     codec_id: ClassVar[str]
-    wire_tag: ClassVar[int]
     lossless: ClassVar[bool] = False
     unbiased: ClassVar[bool] = False
     stochastic: ClassVar[bool] = False
@@ -195,6 +210,57 @@ class Codec(abc.ABC):
         return f"{type(self).__name__}({args})"
 
     # -- the contract ------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode(self, x, out=None, seed: int | None = None) -> Payload:
+        """Payload of 1-D float array ``x``; into ``out`` (uint8, ``wire_bytes`` long) if given.
+
+        ``seed`` overrides the codec's random stream for this call (stochastic codecs).
+        """
+
+    @abc.abstractmethod
+    def decode(self, payload: Payload, out=None):
+        """The array that ``payload`` encodes, written into ``out`` if given."""
+
+    @abc.abstractmethod
+    def decode_add(self, payload: Payload, acc):
+        """``acc += decode(payload)`` without a temporary: the reduce step's hot path."""
+
+    @abc.abstractmethod
+    def wire_bytes(self, n: int, dtype="float32") -> int:
+        """Payload bytes for ``n`` elements of ``dtype`` (the maximum if not ``fixed_size``)."""
+
+    @abc.abstractmethod
+    def error_bound(self, x) -> np.ndarray:
+        """Largest |decode(encode(x)) - x| per element (float64, host); inf where unbounded."""
+
+    def encode_with_residual(self, x, residual, out=None, seed: int | None = None) -> Payload:
+        """Payload of ``t = x + residual``; ``residual`` becomes ``t - decode(payload)``.
+
+        The step of error feedback. ``residual`` (same shape and dtype as ``x``) is
+        updated in place. Codecs that can fuse it into their encode pass override this
+        (no second pass to decode); this is the plain way: encode, then decode.
+        """
+        target = x + residual
+        payload = self.encode(target, out=out, seed=seed)
+        self.decode(payload, out=residual)
+        residual *= -1
+        with np.errstate(invalid="ignore"):  # Inf - Inf: a NaN residual, as it should be
+            residual += target  # target - decoded, in place
+        return payload
+
+
+class WireCodec(Codec):
+    """A codec with a payload format of its own: the header above, then its sections.
+
+    Subclasses write ``_encode``, ``_decode`` and ``_payload_bytes``; the checks of the
+    input, of the header and of the payload's length are done here, once.
+    """
+
+    @property
+    def wire_tag(self) -> int:
+        """The tag byte of this codec's payloads (``WIRE_TAGS``)."""
+        return WIRE_TAGS[self.codec_id]
+
     def encode(self, x, out=None, seed: int | None = None) -> Payload:
         """Payload of 1-D float array ``x``; into ``out`` (uint8, ``wire_bytes`` long) if given.
 
@@ -222,14 +288,6 @@ class Codec(abc.ABC):
         acc = self._as(bk, acc)
         self._decode_checked(bk, h, p, acc, accumulate=True)
         return acc
-
-    @abc.abstractmethod
-    def wire_bytes(self, n: int, dtype="float32") -> int:
-        """Payload bytes for ``n`` elements of ``dtype`` (the maximum if not ``fixed_size``)."""
-
-    @abc.abstractmethod
-    def error_bound(self, x) -> np.ndarray:
-        """Largest |decode(encode(x)) - x| per element (float64, host); inf where unbounded."""
 
     # -- for subclasses ----------------------------------------------------------------
     @abc.abstractmethod
@@ -276,8 +334,8 @@ class Codec(abc.ABC):
         p = self._as(bk, payload)
         h = read_header(p, bk)
         if h.tag != self.wire_tag:
-            raise ValueError(f"payload of codec {_TAGS.get(h.tag, h.tag)!r} given to "
-                             f"{self.codec_id!r}")
+            owner = next((i for i, tag in WIRE_TAGS.items() if tag == h.tag), h.tag)
+            raise ValueError(f"payload of codec {owner!r} given to {self.codec_id!r}")
         expected = self._payload_bytes(h)
         if p.size != expected:
             raise ValueError(f"{self.codec_id} payload of {p.size} bytes, header says {expected}")
@@ -306,3 +364,17 @@ def kernel_input(bk: Backend, x):
 def eps_of(dtype) -> float:
     """Relative rounding slack of a result in ``dtype`` computed through float32."""
     return float(max(np.finfo(dtype).eps, np.finfo(np.float32).eps))
+
+
+def cpu_kernels():
+    """The CPU kernel module (imported on first use, as the backends do)."""
+    from .kernels import cpu
+
+    return cpu
+
+
+def count_nonfinite(xp, a) -> int:
+    """Number of NaN/Inf elements of ``a``: one pass and no temporary on the host."""
+    if isinstance(a, np.ndarray) and a.dtype != np.float16:
+        return int(cpu_kernels().count_nonfinite(a))
+    return int(a.size - xp.count_nonzero(xp.isfinite(a)))

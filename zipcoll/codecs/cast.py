@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import HEADER_BYTES, Codec
+from .base import HEADER_BYTES, WireCodec
 
 
-class _Cast(Codec):
+class _Cast(WireCodec):
     """One value of ``wire_dtype`` an element after the header."""
 
     wire_dtype = np.dtype(np.float16)
@@ -66,7 +66,6 @@ class FP16(_Cast):
     """IEEE half precision: 2 bytes a value; beyond 65504 overflows to +-Inf."""
 
     codec_id = "fp16"
-    wire_tag = 1
     _decode_kernel = "fp16_decode"
 
     def _cast_to(self, bk, x, body) -> None:
@@ -79,7 +78,6 @@ class BF16(_Cast):
     """bfloat16 (the top 16 bits of float32, rounded to nearest even): 2 bytes a value."""
 
     codec_id = "bf16"
-    wire_tag = 2
     wire_dtype = np.dtype(np.uint16)
     _decode_kernel = "bf16_decode"
 
@@ -106,7 +104,6 @@ class Raw(_Cast):
     """No compression: the input's own bytes (lossless); the reference for the others."""
 
     codec_id = "none"
-    wire_tag = 3
     lossless = True
 
     def _item(self, dtype) -> int:

@@ -2,9 +2,11 @@
 
 ``ErrorFeedback(codec).encode(x, key=k)`` encodes ``x + r_k`` and keeps the new residual
 ``r_k = (x + r_k) - decode(payload)``, so what one step loses is sent in the next
-(EF-SGD, EF-signSGD, 1-bit Adam). Memory: one array the size and dtype of ``x`` per live
-key; ``reset(key)`` frees one, ``reset()`` all. A residual holding NaN/Inf is dropped
-rather than kept, so one bad step does not poison every later one.
+(EF-SGD, EF-signSGD, 1-bit Adam). The inner codec does both in one call
+(``encode_with_residual``; the block codecs in one pass over the data). Memory: one
+array the size and dtype of ``x`` per live key; ``reset(key)`` frees one, ``reset()``
+all. A residual holding NaN/Inf is dropped rather than kept, so one bad step does not
+poison every later one. Payloads are the inner codec's: there is no feedback format.
 """
 from __future__ import annotations
 
@@ -13,14 +15,13 @@ from typing import Hashable, Mapping
 import numpy as np
 
 from .backend import backend_of
-from .base import Codec, get_codec
+from .base import Codec, count_nonfinite, get_codec
 
 
 class ErrorFeedback(Codec):
     """Wraps ``codec``: adds the residual kept for ``key`` before each encode."""
 
     codec_id = "feedback"
-    wire_tag = 0  # never on the wire: payloads are the inner codec's
 
     def __init__(self, codec):
         self._codec = get_codec(codec)
@@ -52,20 +53,17 @@ class ErrorFeedback(Codec):
 
     def encode(self, x, out=None, seed: int | None = None, key: Hashable = None):
         """Payload of ``x`` plus the residual of ``key``; the residual is then updated."""
-        _, x = backend_of(x)
-        residual = self._residuals.get(key)
+        bk, x = backend_of(x)
+        residual = self._residuals.pop(key, None)
         if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+            self._residuals[key] = residual
             raise ValueError(f"feedback key {key!r} holds a residual of {residual.shape} "
                              f"{residual.dtype}, got {x.shape} {x.dtype}; reset(key) first")
-        target = x if residual is None else x + residual
-        payload = self._codec.encode(target, out=out, seed=seed)
-        residual = self._codec.decode(payload, out=residual)
-        residual *= -1
-        residual += target  # target - decoded, in place
-        if _all_finite(residual):
+        if residual is None:
+            residual = bk.xp.zeros_like(x)
+        payload = self._codec.encode_with_residual(x, residual, out=out, seed=seed)
+        if count_nonfinite(bk.xp, residual) == 0:
             self._residuals[key] = residual
-        else:
-            self._residuals.pop(key, None)
         return payload
 
     def reset(self, key: Hashable = ...) -> None:
@@ -99,14 +97,3 @@ class ErrorFeedback(Codec):
         """As the inner codec."""
         return self._codec.decode_add(payload, acc)
 
-    def _encode(self, bk, x, out, seed):  # encode is overridden
-        raise AssertionError("unreachable")
-
-    _decode = _payload_bytes = _encode
-
-
-def _all_finite(a) -> bool:
-    """True if ``a`` holds no NaN/Inf."""
-    _, a = backend_of(a)
-    xp = np if isinstance(a, np.ndarray) else __import__("cupy")
-    return bool(xp.isfinite(a).all())

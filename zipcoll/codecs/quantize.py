@@ -3,24 +3,36 @@
 Each block of ``block`` elements gets one float32 step ``s = norm / levels`` and every
 element the code ``clip(floor(x / s + u), -levels, levels)``: ``u = 1/2`` rounds to
 nearest (error <= s/2), ``u`` uniform in [0, 1) rounds stochastically (unbiased, error
-< s). Payload: header (p0 = block, p1 = levels), float32 steps, packed codes.
+< s). Payload: header (p0 = block, p1 = levels), float32 steps, codes packed ``bits``
+a code (any width 1..8, ``ceil(n * bits / 8)`` bytes; see ``kernels/rules.py``).
 
-NaN and Inf: the step comes from the finite elements only; a NaN or +-Inf element gets
-the spare code ``-2**(bits-1)`` and decodes to NaN (Inf becomes NaN: it stays non-finite
-but loses its sign). Scales are float32: finite inputs beyond float32's range (float64
-only) overflow the step to Inf and decode to NaN.
+NaN and Inf: the step comes from the finite elements only, and every non-finite
+element stays local to itself. NaN decodes to NaN. With 3 bits or more (int8, int4,
+qsgd with levels >= 2) +Inf and -Inf decode to themselves: a block holding one is
+coded with one level fewer (``levels - 1`` for int8/int4, a step ``norm / (levels -
+1)``), so two codes are free for them; blocks without Inf are coded as if the rule did
+not exist. With 2 bits (int2, terngrad, qsgd with levels = 1) the one spare code
+means "not finite": +-Inf decode to NaN (the sign is lost); the rest of the block is
+unaffected. Scales are float32: finite inputs beyond float32's range (float64 only)
+overflow the step to Inf and decode to NaN or +-Inf.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import HEADER_BYTES, Codec, Header, align8, eps_of, kernel_input
+from .backend import backend_of
+from .base import HEADER_BYTES, Header, WireCodec, align8, check_float_array, eps_of, kernel_input
 from .kernels import rules
 
 _BITS_VIEW = {4: np.uint32, 8: np.uint64}
 
 
-class BlockQuantizer(Codec):
+def _bits_of(x):
+    """The IEEE bits of float32/float64 ``x``, as unsigned integers (a view)."""
+    return x.view(_BITS_VIEW[x.itemsize])
+
+
+class BlockQuantizer(WireCodec):
     """Shared layout and kernels of the block codecs; subclasses fix bits, levels and norm."""
 
     bits: int = 8
@@ -29,6 +41,8 @@ class BlockQuantizer(Codec):
     def __init__(self, block: int = 256):
         if not isinstance(block, int) or block <= 0 or block % 8:
             raise ValueError(f"{self.codec_id}: block must be a positive multiple of 8, got {block!r}")
+        if not (isinstance(self.bits, int) and 1 <= self.bits <= 8):
+            raise ValueError(f"{self.codec_id}: codes of {self.bits!r} bits; 1 to 8 are packed")
         self.block = block
 
     @property
@@ -58,14 +72,36 @@ class BlockQuantizer(Codec):
         return payload[HEADER_BYTES:HEADER_BYTES + 4 * nblocks].view(np.float32), payload[codes_at:end]
 
     def _encode(self, bk, x, out, seed):
+        p, scales, codes = self._payload(bk, x, out)
+        x = kernel_input(bk, x)
+        bk.kernels.block_encode(x, _bits_of(x), codes, scales, self.block, self.bits,
+                                self.levels, self.norm, self.stochastic, seed)
+        return p
+
+    def encode_with_residual(self, x, residual, out=None, seed: int | None = None):
+        """Payload of ``x + residual``; ``residual`` becomes the target less its decoded
+        value, written while encoding (one pass; float16 takes the two-pass way)."""
+        bk, x = backend_of(x)
+        check_float_array(x, f"{self.codec_id}.encode")
+        residual = self._as(bk, residual)
+        check_float_array(residual, f"{self.codec_id}.encode_with_residual")
+        if residual.shape != x.shape or residual.dtype != x.dtype:
+            raise ValueError(f"residual of {residual.shape} {residual.dtype} for an input of "
+                             f"{x.shape} {x.dtype}")
+        if x.dtype == np.float16:  # the kernels have no float16
+            return super().encode_with_residual(x, residual, out, seed)
+        p, scales, codes = self._payload(bk, x, None if out is None else self._as(bk, out))
+        bk.kernels.block_encode(x, _bits_of(x), codes, scales, self.block, self.bits,
+                                self.levels, self.norm, self.stochastic, self._call_seed(seed),
+                                residual, _bits_of(residual))
+        return p
+
+    def _payload(self, bk, x, out):
+        """A payload for ``x`` with its header and padding written, and its two sections."""
         p = self._new_payload(bk, x, self.wire_bytes(x.size), out, self.block, self.levels)
         scales, codes = self._sections(p, x.size)
         p[HEADER_BYTES + scales.nbytes:p.size - codes.size] = 0  # alignment padding: defined bytes
-        x = kernel_input(bk, x)
-        xb = x.view(_BITS_VIEW[x.itemsize])
-        bk.kernels.block_encode(x, xb, codes, scales, self.block, self.bits, self.levels,
-                                self.norm, self.stochastic, seed)
-        return p
+        return p, scales, codes
 
     def _decode(self, bk, h, payload, out, accumulate):
         scales, codes = self._sections(payload, h.n)
@@ -86,8 +122,15 @@ class BlockQuantizer(Codec):
         return np.repeat(norms, self.block)[:x.size]
 
     def _steps(self, x: np.ndarray) -> np.ndarray:
-        """The float32 step of each element's block, as float64."""
-        return (self._block_norms(x) / self.levels).astype(np.float32).astype(np.float64)
+        """The float32 step of each element's block, as float64 (one level fewer in a
+        block holding an Inf, from 3 bits up)."""
+        levels = np.full(x.size, float(self.levels))
+        if self.bits >= 3:
+            pad = (-x.size) % self.block
+            inf = np.concatenate([np.isinf(x), np.zeros(pad, bool)]).reshape(-1, self.block)
+            marked = np.repeat(inf.any(axis=1), self.block)[:x.size]
+            levels[marked] = min(self.levels, (1 << (self.bits - 1)) - 2)
+        return (self._block_norms(x) / levels).astype(np.float32).astype(np.float64)
 
     def error_bound(self, x) -> np.ndarray:
         """Half a step (one step if stochastic) of each element's block, plus rounding slack."""
@@ -127,7 +170,6 @@ class Int8(_IntQuantizer):
     """8-bit blockwise absmax quantization: codes -127..127, one float32 step a block."""
 
     codec_id = "int8"
-    wire_tag = 10
     bits = 8
 
 
@@ -135,7 +177,6 @@ class Int4(_IntQuantizer):
     """4-bit blockwise absmax quantization: codes -7..7, two a byte."""
 
     codec_id = "int4"
-    wire_tag = 11
     bits = 4
 
 
@@ -143,7 +184,6 @@ class Int2(_IntQuantizer):
     """2-bit blockwise absmax quantization: codes -1..1, four a byte."""
 
     codec_id = "int2"
-    wire_tag = 12
     bits = 2
 
 
@@ -151,11 +191,11 @@ class QSGD(_Seeded, BlockQuantizer):
     """QSGD: ``levels`` levels of the block's L2 norm, stochastic rounding, unbiased.
 
     Variance bound (Alistarh et al., Lemma 3.1): E|Q(v) - v|^2 <= min(d/s^2, sqrt(d)/s) |v|^2
-    for a block v of d elements and s = ``levels``. Codes take 2, 4 or 8 bits (s <= 1, 7, 127).
+    for a block v of d elements and s = ``levels``. Codes take the fewest bits that hold
+    +-s and a spare code: 2 bits for s = 1, 3 for s <= 3, 4 for s <= 7, ... 8 for s <= 127.
     """
 
     codec_id = "qsgd"
-    wire_tag = 13
     norm = rules.L2
     stochastic = True
     unbiased = True
@@ -164,9 +204,9 @@ class QSGD(_Seeded, BlockQuantizer):
                  rng: np.random.Generator | None = None):
         if not isinstance(levels, int) or not 1 <= levels <= 127:
             raise ValueError(f"qsgd: levels must be an int in 1..127, got {levels!r}")
-        super().__init__(block)
         self._levels = levels
-        self.bits = 2 if levels <= 1 else 4 if levels <= 7 else 8
+        self.bits = levels.bit_length() + 1  # codes -levels..levels and the spare one
+        super().__init__(block)
         self._init_seed(seed, rng)
 
     def get_config(self) -> dict:
@@ -190,7 +230,6 @@ class TernGrad(_Seeded, BlockQuantizer):
     """TernGrad: {-1, 0, +1} times the block's max |x|, stochastic, unbiased."""
 
     codec_id = "terngrad"
-    wire_tag = 14
     bits = 2
     stochastic = True
     unbiased = True

@@ -15,13 +15,14 @@ import math
 
 import numpy as np
 
-from .base import FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, align8, eps_of, kernel_input
+from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, count_nonfinite,
+                   cpu_kernels, eps_of, kernel_input)
 from .quantize import _Seeded
 
 _VALUE_DTYPES = ("float32", "float16")
 
 
-class _Sparse(Codec):
+class _Sparse(WireCodec):
     """Indices + values layout, checks and the scatter on decode."""
 
     sparse = True
@@ -47,7 +48,6 @@ class _Sparse(Codec):
         values_at, end = self._layout(count)
         p = self._new_payload(bk, x, end, out, count, seed)
         x = kernel_input(bk, x)
-        lost = _count_nonfinite(bk.xp, x)
         if indices is not None:
             p[HEADER_BYTES:HEADER_BYTES + 4 * count].view(np.int32)[...] = indices
             p[HEADER_BYTES + 4 * count:values_at] = 0  # alignment padding: defined bytes
@@ -56,9 +56,13 @@ class _Sparse(Codec):
             sent = bk.xp.empty(count, np.float32 if x.dtype == np.float16 else x.dtype)
             bk.kernels.randomk_gather(x, sent, count, seed)
         p[values_at:end].view(self.values)[...] = sent
-        if lost > _count_nonfinite(bk.xp, sent):
+        if self._left_out_nonfinite(bk, x, count_nonfinite(bk.xp, sent), count):
             p[5] = FLAG_LOST_NONFINITE  # the flags byte of the header
         return p
+
+    def _left_out_nonfinite(self, bk, x, sent: int, count: int) -> bool:
+        """True if ``x`` has NaN/Inf beyond the ``sent`` of the ``count`` values sent."""
+        return count_nonfinite(bk.xp, x) > sent
 
     def _sections(self, payload, h):
         """Indices (None for randomk) and values of a payload, as views."""
@@ -97,20 +101,6 @@ class _Sparse(Codec):
             return np.abs(x).astype(np.float64) * (np.finfo(self.values).eps if narrower else 0.0)
 
 
-def _count_nonfinite(xp, a) -> int:
-    """Number of NaN/Inf elements of ``a``."""
-    if isinstance(a, np.ndarray) and a.dtype != np.float16:  # one pass, no temporary
-        return int(cpu_kernels().count_nonfinite(a))
-    return int(a.size - xp.count_nonzero(xp.isfinite(a)))
-
-
-def cpu_kernels():
-    """The CPU kernel module (imported on first use, as the backends do)."""
-    from .kernels import cpu
-
-    return cpu
-
-
 def _check_count(codec_id: str, ratio, k) -> None:
     """Exactly one of ``ratio`` in (0, 1] and ``k`` >= 0 is given."""
     if (ratio is None) == (k is None):
@@ -147,11 +137,14 @@ class TopK(_Counted):
     """The k largest |x|, exactly (ties broken by index); NaN ranks highest, then Inf."""
 
     codec_id = "topk"
-    wire_tag = 20
 
     def _encode(self, bk, x, out, seed):
         k = self.count(x.size)
         return self._write(bk, x, out, _topk_indices(bk.xp, x, k), k)
+
+    def _left_out_nonfinite(self, bk, x, sent: int, count: int) -> bool:
+        # NaN and Inf rank above every finite value: with a finite value sent, none is left
+        return sent == count and super()._left_out_nonfinite(bk, x, sent, count)
 
     def error_bound(self, x) -> np.ndarray:
         """|x| of the elements not sent (0 plus value rounding for those sent)."""
@@ -190,7 +183,6 @@ class RandomK(_Seeded, _Counted):
     """
 
     codec_id = "randomk"
-    wire_tag = 21
     stochastic = True
     sends_indices = False
 
@@ -226,7 +218,6 @@ class Threshold(_Sparse):
     """Every element with |x| >= ``tau`` (and every NaN/Inf): variable size."""
 
     codec_id = "threshold"
-    wire_tag = 22
     fixed_size = False
 
     def __init__(self, tau: float, values: str = "float32"):

@@ -11,7 +11,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from zipcoll.codecs.backend import share_cores
+from zipcoll.codecs.backend import machine_identity, share_machine_cores
 from zipcoll.collectives.progress import ENGINE, Engine
 from zipcoll.topologies import Topology
 from zipcoll.transport import Transport, transport_for
@@ -31,7 +31,9 @@ class Context:
         if self._topology is None:
             self.engine.drain()
             self._topology = Topology.from_comm(self.transport.comm)
-            share_cores(self.transport.ranks_sharing_memory())
+            # the CPU kernels' threads: this machine's cores shared by every rank on them
+            identities = self.transport.allgather_object(machine_identity())
+            share_machine_cores(identities, self.transport.rank)
         return self._topology
 
     def next_tag(self) -> int:

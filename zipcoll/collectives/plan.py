@@ -186,10 +186,16 @@ def _check_matching(send: Buffer | None, recv: Buffer) -> None:
 
 
 def _choose(plan: Plan, nbytes: int) -> None:
-    """algorithm="auto": the schedule for this size and layout; codecs only where they pay."""
+    """algorithm="auto": the schedule for this size and layout; codecs only where they pay.
+
+    8-bit SUM and PROD stay off the MPI library's own Allreduce: Open MPI saturates them
+    where zipcoll's schedules wrap (as C does), and auto's answer must not depend on size.
+    """
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec)
     if not compress:
         plan.codec = plan.intra_codec = None
+    if plan.schedule.native and plan.recv.dtype.itemsize == 1 and plan.op.name in ("sum", "prod"):
+        plan.schedule = SCHEDULES["ring"]
 
 
 def _slicing(plan: Plan) -> Slicing:

@@ -18,18 +18,28 @@ _decode_block = njit(inline="always")(rules.decode_block.py_func)
 
 
 @functools.lru_cache(maxsize=None)
-def _encoder(bits, kind, stochastic, parallel):
-    """Block encode kernel compiled for one (bits, norm, rounding)."""
+def _encoder(bits, kind, stochastic, feedback, parallel):
+    """Block encode kernel compiled for one (bits, norm, rounding, feedback)."""
+    @njit(inline="always")
+    def _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed):
+        if feedback:  # the residual array takes the target, then target - decoded
+            rules.add_block(x, r, b, block)
+            _encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
+                          seed, True)
+        else:
+            _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
+                          seed, False)
+
     if parallel:
         @njit(parallel=True, cache=True)
-        def encode(x, xb, codes, scales, block, levels, seed):
+        def encode(x, xb, r, rb, codes, scales, block, levels, seed):
             for b in prange(scales.size):
-                _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+                _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
     else:
         @njit(cache=True)
-        def encode(x, xb, codes, scales, block, levels, seed):
+        def encode(x, xb, r, rb, codes, scales, block, levels, seed):
             for b in range(scales.size):
-                _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+                _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
     return encode
 
 
@@ -49,10 +59,18 @@ def _decoder(bits, accumulate, parallel):
     return decode
 
 
-def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
-    """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``."""
-    kernel = _encoder(bits, kind, bool(stochastic), x.size >= PARALLEL_MIN)
-    kernel(x, xb, codes, scales, block, levels, seed)
+def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
+                 r=None, rb=None):
+    """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``.
+
+    With a residual ``r`` (``rb``: its bits), encode ``x + r`` and leave in ``r`` the
+    target less its decoded value (error feedback), in the same pass.
+    """
+    feedback = r is not None
+    kernel = _encoder(bits, kind, bool(stochastic), feedback, x.size >= PARALLEL_MIN)
+    if not feedback:
+        r, rb = x, xb  # not read
+    kernel(x, xb, r, rb, codes, scales, block, levels, seed)
 
 
 def block_decode(codes, scales, out, block, bits, accumulate):
@@ -141,10 +159,11 @@ def scatter(indices, values, out, accumulate):
             out[indices[j]] = values[j]
 
 
-# top-k: elements sampled to place the cut below the k-th largest |x|, and chunks of the
-# parallel pass that gathers the elements above the cut
+# top-k: elements sampled to place the cut below the k-th largest |x|, chunks of the
+# parallel pass that gathers the elements above the cut, elements a chunk tests at once
 _TOPK_SAMPLE = 1 << 16
 _TOPK_CHUNKS = 64
+_TOPK_GROUP = 64
 
 
 @njit(cache=True)
@@ -154,31 +173,47 @@ def _topk_key(b, absmask, nan):
 
 
 @njit(parallel=True, cache=True)
-def _topk_gather(xb, absmask, nan, cut, cand, counts):
-    """Indices of the keys >= ``cut``, in order; chunk c's from its first index in ``cand``."""
+def _topk_gather(xb, absmask, nan, cut, cand, keys, counts):
+    """Indices and keys of the keys >= ``cut``, in order. Chunk c of ``counts.size`` writes
+    from ``c * room`` (``room = cand.size // counts.size``); -1 in ``counts``: no room."""
     nchunks = counts.size
     n = xb.size
+    room = cand.size // nchunks
     for c in prange(nchunks):
         lo, hi = c * n // nchunks, (c + 1) * n // nchunks
-        j = lo
-        g = lo
-        while g < hi:  # a vectorized max skips the groups of 16 with no candidate
-            end = min(g + 16, hi)
-            m = xb.dtype.type(0)
-            for i in range(g, end):
-                m = max(m, _topk_key(xb[i], absmask, nan))
-            if m >= cut:
-                for i in range(g, end):
-                    if _topk_key(xb[i], absmask, nan) >= cut:
-                        cand[j] = i
-                        j += 1
-            g = end
-        counts[c] = j - lo
+        seg = xb[lo:hi]
+        start = c * room
+        j = start
+        groups = seg.size // _TOPK_GROUP
+        for g in range(groups):
+            at = g * _TOPK_GROUP
+            hits = 0  # bit i: element at + i is a candidate; the compares vectorize
+            for i in range(_TOPK_GROUP):
+                hits |= np.int64((seg[at + i] & absmask) >= cut) << i
+            while hits and j < start + room:  # one step a candidate, not an element
+                low = hits & -hits
+                i = math.frexp(low)[1] - 1  # the index of the lowest set bit
+                cand[j] = lo + at + i
+                keys[j] = _topk_key(seg[at + i], absmask, nan)
+                j += 1
+                hits ^= low
+            if hits:
+                break
+        for i in range(groups * _TOPK_GROUP, seg.size):
+            key = _topk_key(seg[i], absmask, nan)
+            if key >= cut and j < start + room:
+                cand[j] = lo + i
+                keys[j] = key
+                j += 1
+            elif key >= cut:
+                hits = 1
+        counts[c] = -1 if hits else j - start
 
 
 @njit(cache=True)
 def _topk_cut(xb, k, absmask, nan):
-    """A key that a few more than k keys reach, from a strided sample (0: take all)."""
+    """A key that a few more than k keys reach, from a strided sample (0: take all), and
+    the share of the sample that reaches it."""
     n = xb.size
     step = max(n // _TOPK_SAMPLE, 1)
     sample = np.empty((n + step - 1) // step, xb.dtype)
@@ -187,40 +222,75 @@ def _topk_cut(xb, k, absmask, nan):
     expect = k / n * sample.size
     rank = int(1.2 * expect + 4 * np.sqrt(expect) + 16)  # from the top
     if rank >= sample.size:
-        return xb.dtype.type(0)
-    return np.partition(sample, sample.size - 1 - rank)[sample.size - 1 - rank]
+        return xb.dtype.type(0), 1.0
+    cut = np.partition(sample, sample.size - 1 - rank)[sample.size - 1 - rank]
+    return cut, np.count_nonzero(sample >= cut) / sample.size
 
 
 @njit(cache=True)
-def _topk_from_bits(xb, k, absmask, nan, cand, counts):
-    """Sorted indices of the k largest keys of ``xb``, ties to the lower index (0 < k < n)."""
+def _kth_largest(keys, k):
+    """The k-th largest of ``keys`` (1 <= k <= size) by a radix select on 16-bit digits,
+    and how many keys equal to it are among the k largest."""
+    width = keys.itemsize * 8
+    t = keys.dtype.type
+    prefix = t(0)
+    known = t(0)  # the bits of the k-th decided so far
+    need = k
+    hist = np.empty(1 << 16, np.int64)
+    for shift in range(width - 16, -1, -16):
+        hist[:] = 0
+        s = t(shift)
+        for key in keys:
+            if key & known == prefix:
+                hist[(key >> s) & t(0xFFFF)] += 1
+        d = (1 << 16) - 1
+        while hist[d] < need:
+            need -= hist[d]
+            d -= 1
+        prefix |= t(d) << s
+        known |= t(0xFFFF) << s
+    return prefix, need
+
+
+@njit(cache=True)
+def _topk_candidates(xb, k, absmask, nan, nchunks):
+    """Indices (ascending) and keys of at least k elements holding the k largest keys."""
     n = xb.size
-    nchunks = counts.size
-    cut = _topk_cut(xb, k, absmask, nan)
-    _topk_gather(xb, absmask, nan, cut, cand, counts)
-    if counts.sum() < k:  # the sample misled: every element is a candidate
-        _topk_gather(xb, absmask, nan, xb.dtype.type(0), cand, counts)
-    keys = np.empty(counts.sum(), xb.dtype)
+    cut, share = _topk_cut(xb, k, absmask, nan)
+    # room for twice the expected candidates a chunk: fresh pages cost their first touch
+    room = min(int(2 * share * n / nchunks) + 4096, n // nchunks + 1)
+    counts = np.zeros(nchunks, np.int64)
+    for _ in range(2):
+        cand = np.empty(room * nchunks, np.int32)
+        keys = np.empty(room * nchunks, xb.dtype)
+        _topk_gather(xb, absmask, nan, cut, cand, keys, counts)
+        if counts.min() >= 0 and counts.sum() >= k:
+            break
+        if counts.min() >= 0:  # the sample misled: every element is a candidate
+            cut = xb.dtype.type(0)
+        room = n // nchunks + 1  # a chunk crowded past its room: room for all of it
     m = 0
-    for c in range(nchunks):
-        lo = c * n // nchunks
-        for j in range(lo, lo + counts[c]):
-            keys[m] = _topk_key(xb[cand[j]], absmask, nan)
+    for c in range(nchunks):  # the candidates together, in index order
+        for j in range(c * room, c * room + counts[c]):
+            cand[m] = cand[j]
+            keys[m] = keys[j]
             m += 1
-    kth = np.partition(keys, m - k)[m - k]
-    ties = k  # how many keys equal to the k-th are taken: k less those above it
-    for key in keys:
-        ties -= key > kth
+    return cand[:m], keys[:m]
+
+
+@njit(cache=True)
+def _topk_from_bits(xb, k, absmask, nan, nchunks):
+    """Sorted indices of the k largest keys of ``xb``, ties to the lower index (0 < k < n)."""
+    cand, keys = _topk_candidates(xb, k, absmask, nan, nchunks)
+    kth, ties = _kth_largest(keys, k)
     out = np.empty(k, np.int32)
     o = 0
-    for c in range(nchunks):
-        lo = c * n // nchunks
-        for j in range(lo, lo + counts[c]):
-            key = _topk_key(xb[cand[j]], absmask, nan)
-            if key > kth or (key == kth and ties > 0):
-                ties -= key == kth
-                out[o] = cand[j]
-                o += 1
+    for j in range(keys.size):
+        key = keys[j]
+        if key > kth or (key == kth and ties > 0):
+            ties -= key == kth
+            out[o] = cand[j]
+            o += 1
     return out
 
 
@@ -228,7 +298,8 @@ def topk_indices(x, k):
     """Sorted int32 indices of the k largest |x| (NaN largest), ties to the lower index.
 
     A strided sample places a cut a little below the k-th largest |x|; one parallel pass
-    gathers the indices at or above it, and the k-th is selected among those alone.
+    gathers the indices and keys at or above it, and a radix select over those alone
+    finds the k-th exactly.
     """
     n = x.size
     if k == 0:
@@ -240,9 +311,7 @@ def topk_indices(x, k):
     t = xb.dtype.type
     absmask, nan = (t(0x7FFFFFFFFFFFFFFF), t(0x7FF0000000000001)) if wide else (
         t(0x7FFFFFFF), t(0x7F800001))
-    cand = np.empty(n, np.int32)  # chunk c's candidates from its first index; pages untouched
-    counts = np.zeros(_TOPK_CHUNKS if n >= PARALLEL_MIN else 1, np.int64)
-    return _topk_from_bits(xb, k, absmask, nan, cand, counts)
+    return _topk_from_bits(xb, k, absmask, nan, _TOPK_CHUNKS if n >= PARALLEL_MIN else 1)
 
 
 @njit(parallel=True, cache=True)

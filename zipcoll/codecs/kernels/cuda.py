@@ -26,7 +26,17 @@ def _grid(n):
 def _block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
     b = cuda.grid(1)
     if b < scales.size:
-        rules.encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed)
+        rules.encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed,
+                           False)
+
+
+@cuda.jit
+def _block_encode_feedback(x, r, rb, codes, scales, block, bits, levels, kind, stochastic, seed):
+    b = cuda.grid(1)
+    if b < scales.size:
+        rules.add_block(x, r, b, block)
+        rules.encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic, seed,
+                           True)
 
 
 @cuda.jit
@@ -73,10 +83,25 @@ def _scatter(indices, values, out, accumulate):
             out[indices[j]] = values[j]
 
 
-def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
-    """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and float32 ``scales``."""
-    _block_encode[_grid(scales.size), _THREADS](
-        x, xb, codes, scales, block, bits, levels, kind, stochastic, seed)
+def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
+                 r=None, rb=None):
+    """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and float32 ``scales``.
+
+    With a residual ``r`` (``rb``: its bits), encode ``x + r`` and leave in ``r`` the
+    target less its decoded value (error feedback), in the same pass.
+    """
+    if r is None:
+        _block_encode[_grid(scales.size), _THREADS](
+            x, xb, codes, scales, block, bits, levels, kind, stochastic, seed)
+        return
+    host = r if isinstance(r, np.ndarray) else None
+    if host is not None:  # simulator: it copies each NumPy argument apart, so r and rb
+        r = cuda.to_device(host)  # would stop sharing memory; one device copy, two views
+        rb = r.view(rb.dtype)
+    _block_encode_feedback[_grid(scales.size), _THREADS](
+        x, r, rb, codes, scales, block, bits, levels, kind, stochastic, seed)
+    if host is not None:
+        r.copy_to_host(host)
 
 
 def block_decode(codes, scales, out, block, bits, accumulate):

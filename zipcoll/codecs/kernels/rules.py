@@ -4,11 +4,25 @@ Every function here is a plain ``numba.njit`` function: the CPU kernels call it 
 ``prange`` loops, the CUDA kernels call it from ``numba.cuda.jit`` kernels (numba
 compiles it again for the device), so both targets apply the same arithmetic.
 
-Block codes: a block of ``block`` elements shares one float32 ``scale``; each element
-becomes a ``bits``-bit two's complement code in ``[-levels, levels]``, packed
-``8 // bits`` codes a byte, lowest bits first. The code ``-2**(bits-1)`` (unused by
-values) marks a non-finite element, which decodes to NaN. ``bits == 1`` is the sign
-code: bit 1 means +scale, bit 0 means -scale.
+Block codes: a block of ``block`` elements (a multiple of 8) shares one float32
+``scale``; each element becomes a ``bits``-bit two's complement code in
+``[-levels, levels]``. Codes are packed lowest bits first into a little-endian bit
+stream, a group of ``8 / gcd(bits, 8)`` codes filling ``bits / gcd(bits, 8)`` whole
+bytes, so every width from 1 to 8 packs into exactly ``ceil(n * bits / 8)`` bytes and
+each block starts on a byte. (For 1, 2, 4, 8 bits a group is one byte.)
+
+Non-finite elements, by width (``top = 2**(bits-1) - 1``):
+
+- ``bits >= 3``: NaN gets the spare code ``-(top + 1)``. A block holding +-Inf is
+  *marked* by the sign bit of its scale: its finite elements use at most ``top - 1``
+  levels, and the codes ``+top`` / ``-top`` mean +Inf / -Inf. Unmarked blocks (all
+  finite, or NaN only) are coded exactly as without this rule.
+- ``bits == 2``: one spare code (-2): NaN and +-Inf all decode to NaN (the sign of an
+  Inf is lost); the other elements of the block are unaffected.
+- ``bits == 1`` (sign): bit 1 means +scale, bit 0 means -scale. A block holding NaN or
+  Inf is marked by a non-finite scale, the block's non-finite value (its one value
+  if every non-finite element is the same Inf, else NaN): there, bit 1 marks a
+  non-finite element, which decodes to that value, and the finite elements decode to 0.
 """
 import math
 
@@ -23,6 +37,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _U30, _U27, _U31, _U11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 _ONE = np.uint64(1)
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 @njit(cache=True)
@@ -52,38 +67,56 @@ def bits_to_float(bits, mant, bias):
 
 @njit(cache=True)
 def max_finite_bits(xb, sign, inf):
-    """Largest ``xb[i] & sign`` below ``inf``: |x| of the finite x, on their IEEE bits."""
+    """Largest ``xb[i] & sign`` below ``inf`` (|x| of the finite x, on their IEEE bits),
+    and whether an Inf was seen; integer max vectorizes."""
     m = xb.dtype.type(0)
+    infs = 0
     for i in range(xb.size):
         a = xb[i] & sign
         m = max(m, a if a < inf else xb.dtype.type(0))
-    return m
+        infs = max(infs, 1 if a == inf else 0)
+    return m, infs
 
 
 @njit(cache=True)
 def finite_absmax(xb):
-    """Largest finite |x| of the IEEE bits ``xb`` of x, as float64; integer max vectorizes."""
+    """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and whether x has an Inf."""
     if xb.itemsize == 8:
-        m = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
-        return bits_to_float(np.uint64(m), 52, 1023)
-    m = max_finite_bits(xb, np.uint32(0x7FFFFFFF), np.uint32(0x7F800000))
-    return bits_to_float(np.uint64(m), 23, 127)
+        m, infs = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
+        return bits_to_float(np.uint64(m), 52, 1023), infs
+    m, infs = max_finite_bits(xb, np.uint32(0x7FFFFFFF), np.uint32(0x7F800000))
+    return bits_to_float(np.uint64(m), 23, 127), infs
 
 
 @njit(cache=True)
 def block_norm(x, xb, kind):
-    """Norm of the finite elements of block ``x`` (MEANABS counts every element)."""
+    """Norm of the finite elements of block ``x`` (ABSMAX or L2), and whether it has an Inf."""
     if kind == ABSMAX:
         return finite_absmax(xb)
     m = 0.0
-    if kind == L2:
-        for i in range(x.size):
-            v = np.float64(x[i])
-            m += v * v if math.isfinite(v) else 0.0
-        return math.sqrt(m)
+    infs = 0
+    for i in range(x.size):
+        v = np.float64(x[i])
+        m += v * v if math.isfinite(v) else 0.0
+        infs += math.isinf(v)
+    return math.sqrt(m), infs
+
+
+@njit(cache=True)
+def sign_scale(x):
+    """Scale of a sign block: mean |x|, at most float32's largest; if the block holds
+    NaN or Inf, its non-finite value (the Inf that all its non-finite elements are, else NaN)."""
+    m = 0.0
     for i in range(x.size):
         m += abs(np.float64(x[i]))
-    return m / max(x.size, 1)
+    if math.isfinite(m):
+        return np.float32(min(m / max(x.size, 1), _FLOAT32_MAX))
+    value = 0.0
+    for i in range(x.size):  # rare: a non-finite element, or finite ones summing past float64
+        v = np.float64(x[i])
+        if not math.isfinite(v):
+            value = v if value == 0.0 or value == v else math.nan
+    return np.float32(_FLOAT32_MAX if value == 0.0 else value)
 
 
 @njit(cache=True)
@@ -101,24 +134,52 @@ def uniform32(seed, i, stochastic):
 
 
 @njit(cache=True)
-def quantize(v, inv, levels, bits, u):
-    """Code of value ``v``: floor(v / scale + u) clipped to +-levels, in float32."""
+def quantize(v, inv, levels, bits, u, marked):
+    """Code of value ``v``: floor(v / scale + u) clipped to +-levels, in float32.
+
+    Non-finite ``v`` gets its code of the module docstring (``marked``: its block is).
+    """
     if bits == 1:
-        return np.int32(0 if v < 0 else 1)  # NaN counts as +; the block's scale is NaN
+        if marked:
+            return np.int32(0 if math.isfinite(v) else 1)
+        return np.int32(0 if v < 0 else 1)
     f = np.floor(np.float32(v) * inv + u)
     f = min(max(f, -levels), levels)
-    # a select, not a branch, so the loop vectorizes; non-finite gets the marker code
-    return np.int32(f) if math.isfinite(v) else np.int32(-(1 << (bits - 1)))
+    top = (1 << (bits - 1)) - 1
+    inf_code = np.int32(top if v > 0 else -top)
+    nonfinite = inf_code if marked and not math.isnan(v) else np.int32(-top - 1)
+    # selects, not branches, so the loop vectorizes
+    return np.int32(f) if math.isfinite(v) else nonfinite
 
 
 @njit(cache=True)
-def dequantize(c, scale, bits):
+def dequantize(c, scale, bits, marked):
     """Value (float32) of code ``c`` (already sign-extended) in a block of step ``scale``."""
     if bits == 1:
-        return scale if c else -scale
-    if c == -(1 << (bits - 1)):
+        return scale if c else (np.float32(0.0) if marked else -scale)
+    top = (1 << (bits - 1)) - 1
+    if c == -top - 1:
         return np.float32(np.nan)
+    if marked and (c == top or c == -top):
+        return np.float32(np.inf) if c > 0 else np.float32(-np.inf)
     return np.float32(c) * scale
+
+
+@njit(cache=True)
+def marker(scale, bits):
+    """Step of a block and whether the block is marked (see the module docstring)."""
+    if bits == 1:
+        return scale, not math.isfinite(scale)
+    if bits == 2:
+        return scale, False
+    return abs(scale), math.copysign(1.0, scale) < 0
+
+
+@njit(cache=True)
+def group_of(bits):
+    """Codes and bytes of a packing group: the fewest codes that fill whole bytes."""
+    g = bits & -bits  # gcd(bits, 8) for 1 <= bits <= 8
+    return 8 // g, bits // g
 
 
 @njit(cache=True)
@@ -126,47 +187,91 @@ def block_span(b, block, n, bits):
     """Elements [lo, hi) of block ``b`` and bytes [c0, c1) of its packed codes."""
     lo = b * block
     hi = min(lo + block, n)
-    per = 8 // bits
-    return lo, hi, lo // per, (hi + per - 1) // per
+    return lo, hi, lo * bits // 8, (hi * bits + 7) // 8
 
 
 @njit(cache=True)
-def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed):
+def add_block(x, r, b, block):
+    """``r += x`` on block ``b``: the target of error feedback, where the residual was."""
+    lo = b * block
+    hi = min(lo + block, x.size)
+    rs = r[lo:hi]
+    xs = x[lo:hi]
+    for i in range(rs.size):
+        rs[i] = rs[i] + xs[i]
+
+
+@njit(cache=True)
+def code_of(xs, i, lo, inv, levels, scale, bits, marked, stochastic, seed, feedback):
+    """Code of ``xs[i]`` (element ``lo + i``); with ``feedback``, ``xs[i]`` becomes its
+    value less the code's value: error feedback's residual, written while encoding."""
+    v = xs[i]
+    q = quantize(v, inv, levels, bits, uniform32(seed, lo + i, stochastic), marked)
+    if feedback:
+        xs[i] = v - dequantize(q, scale, bits, marked)
+    return q
+
+
+@njit(cache=True)
+def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed, feedback):
     """Quantize block ``b`` of ``x`` (``xb``: its IEEE bits) into ``codes`` and ``scales[b]``.
 
-    The CPU kernels compile it with ``bits``, ``kind`` and ``stochastic`` constant, so
-    the byte loop unrolls and vectorizes; the CUDA kernels take them at run time.
+    With ``feedback``, ``x`` is error feedback's residual array holding the target and
+    each of its elements becomes target - decoded, in the same pass. The CPU kernels
+    compile it with ``bits``, ``kind``, ``stochastic`` and ``feedback`` constant, so the
+    byte loop unrolls and vectorizes; the CUDA kernels take them at run time.
     """
     # slices index from 0, so numba drops its negative-index check and LLVM vectorizes
     lo, hi, c0, c1 = block_span(b, block, x.size, bits)
     xs = x[lo:hi]
     cs = codes[c0:c1]
-    s = block_scale(block_norm(xs, xb[lo:hi], kind), levels)
-    scales[b] = s
-    inv = np.float32(1.0 / np.float64(s)) if s > 0 else np.float32(0.0)
+    if bits == 1:
+        s = sign_scale(xs)
+        marked = not math.isfinite(s)
+        scales[b] = s
+        inv = np.float32(0.0)
+    else:
+        norm, infs = block_norm(xs, xb[lo:hi], kind)
+        marked = infs > 0 and bits >= 3
+        if marked:  # the two codes next to the spare one stand for +-Inf
+            levels = min(levels, (1 << (bits - 1)) - 2)
+        s = block_scale(norm, levels)
+        scales[b] = -s if marked else s
+        inv = np.float32(1.0 / np.float64(s)) if s > 0 else np.float32(0.0)
     lv = np.float32(levels)
-    per = 8 // bits
+    per, nbytes = group_of(bits)
     mask = (1 << bits) - 1
     full = xs.size // per
-    for j in range(full):
-        byte = 0
-        for t in range(per):
-            i = j * per + t
-            q = quantize(xs[i], inv, lv, bits, uniform32(seed, lo + i, stochastic))
-            byte |= (q & mask) << (t * bits)
-        cs[j] = byte
-    if full < cs.size:  # the last block ends inside a byte: its high bits stay 0
-        byte = 0
+    if nbytes == 1:  # 1, 2, 4, 8 bits: whole codes in a byte
+        for j in range(full):
+            byte = 0
+            for t in range(per):
+                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
+                            feedback)
+                byte |= (q & mask) << (t * bits)
+            cs[j] = byte
+    else:  # 3, 5, 6, 7 bits: a group of codes spans several bytes
+        for j in range(full):
+            word = np.uint64(0)
+            for t in range(per):
+                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
+                            feedback)
+                word |= np.uint64(q & mask) << np.uint64(t * bits)
+            for k in range(nbytes):
+                cs[j * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
+    if full * per < xs.size:  # the last block ends inside a group: its high bits stay 0
+        word = np.uint64(0)
         for i in range(full * per, xs.size):
-            q = quantize(xs[i], inv, lv, bits, uniform32(seed, lo + i, stochastic))
-            byte |= (q & mask) << ((i - full * per) * bits)
-        cs[full] = byte
+            q = code_of(xs, i, lo, inv, lv, s, bits, marked, stochastic, seed, feedback)
+            word |= np.uint64(q & mask) << np.uint64((i - full * per) * bits)
+        for k in range(cs.size - full * nbytes):
+            cs[full * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
 
 
 @njit(cache=True)
-def code_at(byte, t, bits):
-    """The ``t``-th ``bits``-bit code of ``byte``, sign-extended (bits == 1: 0 or 1)."""
-    c = (np.int32(byte) >> (t * bits)) & ((1 << bits) - 1)
+def code_at(word, t, bits):
+    """The ``t``-th ``bits``-bit code of ``word``, sign-extended (bits == 1: 0 or 1)."""
+    c = (word >> (t * bits)) & ((1 << bits) - 1)
     if bits == 1:
         return c
     half = 1 << (bits - 1)
@@ -179,17 +284,30 @@ def decode_block(codes, scales, out, b, block, bits, accumulate):
     lo, hi, c0, c1 = block_span(b, block, out.size, bits)
     os = out[lo:hi]
     cs = codes[c0:c1]
-    s = scales[b]
-    per = 8 // bits
+    s, marked = marker(scales[b], bits)
+    per, nbytes = group_of(bits)
     full = os.size // per
-    for j in range(full):
-        byte = cs[j]
-        for t in range(per):
-            v = dequantize(code_at(byte, t, bits), s, bits)
-            i = j * per + t
-            os[i] = os[i] + v if accumulate else v
+    if nbytes == 1:  # 1, 2, 4, 8 bits: 32-bit arithmetic, which vectorizes wider
+        for j in range(full):
+            byte = np.int32(cs[j])
+            for t in range(per):
+                v = dequantize(code_at(byte, t, bits), s, bits, marked)
+                i = j * per + t
+                os[i] = os[i] + v if accumulate else v
+    else:
+        for j in range(full):
+            word = np.int64(cs[j * nbytes])
+            for k in range(1, nbytes):
+                word |= np.int64(cs[j * nbytes + k]) << (8 * k)
+            for t in range(per):
+                v = dequantize(code_at(word, t, bits), s, bits, marked)
+                i = j * per + t
+                os[i] = os[i] + v if accumulate else v
+    last = np.int64(0)
+    for k in range(cs.size - full * nbytes):
+        last |= np.int64(cs[full * nbytes + k]) << (8 * k)
     for i in range(full * per, os.size):
-        v = dequantize(code_at(cs[full], i - full * per, bits), s, bits)
+        v = dequantize(code_at(last, i - full * per, bits), s, bits, marked)
         os[i] = os[i] + v if accumulate else v
 
 

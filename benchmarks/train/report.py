@@ -1,0 +1,160 @@
+"""Tables and plots of benchmarks/train/convergence.py's and step_time.py's JSON.
+
+    python benchmarks/train/report.py benchmarks/results/train/convergence.json
+    python benchmarks/train/report.py benchmarks/results/train/step_time.json
+
+Writes, beside the JSON, a .md and a .png of the same name. Convergence: per task and
+codec, final test accuracy mean and spread over the seeds, the gap to lossless, bytes
+sent per step and rank, compression ratio against lossless, step time; the plot is test
+accuracy against step (mean over seeds, one panel per task). Step time: per config, the
+step split into compute and communication, and the speedup over DDP's own all-reduce;
+the plot stacks the two.
+"""
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def group(runs: list[dict]) -> dict:
+    """{task: {config: [runs over seeds]}}, in the order they ran."""
+    by = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        by[run["task"]][run["config"]].append(run)
+    return by
+
+
+def table(by: dict, meta: dict) -> str:
+    lines = []
+    for task, configs in by.items():
+        lossless = configs.get("lossless")
+        base_acc = np.mean([r["final_accuracy"] for r in lossless]) if lossless else None
+        base_bytes = np.mean([r["bytes_per_step"] for r in lossless]) if lossless else None
+        seeds = len(next(iter(configs.values())))
+        params = next(iter(configs.values()))[0]["parameters"]
+        lines += [f"### {task} ({params} parameters, {seeds} seeds)", "",
+                  "| codec | schedule | final test accuracy (mean ± std) | min - max | "
+                  "vs lossless (pp) | bytes sent / step / rank | compression | ms / step |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, runs in configs.items():
+            acc = np.array([r["final_accuracy"] for r in runs])
+            sent = np.mean([r["bytes_per_step"] for r in runs])
+            ms = 1e3 * np.mean([r["seconds_per_step"] for r in runs])
+            gap = "" if base_acc is None else f"{100 * (acc.mean() - base_acc):+.2f}"
+            ratio = "" if base_bytes is None else f"{base_bytes / sent:.1f}x"
+            spec = meta["configs"][name]
+            lines.append(f"| {name} | {spec['algorithm']} | {100 * acc.mean():.2f} ± "
+                         f"{100 * acc.std():.2f} | {100 * acc.min():.2f} - {100 * acc.max():.2f} | "
+                         f"{gap} | {sent:,.0f} | {ratio} | {ms:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(by: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(by), figsize=(6.5 * len(by), 4.8), squeeze=False)
+    for ax, (task, configs) in zip(axes[0], by.items()):
+        for name, runs in configs.items():
+            steps = [s for s, _ in runs[0]["curve"]]
+            mean = np.mean([[a for _, a in r["curve"]] for r in runs], axis=0)
+            style = "-" if name == "lossless" else "--" if "EF" in name else ":"
+            ax.plot(steps, 100 * mean, style, label=name, lw=2 if name == "lossless" else 1.3)
+        ax.set(title=f"{task}: test accuracy (mean of {len(runs)} seeds)", xlabel="step",
+               ylabel="test accuracy (%)")
+        ax.set_ylim(max(0, ax.get_ylim()[0]), 100)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def step_split(rows: list[dict]) -> list[tuple[str, float, float, float | None]]:
+    """(config, step, communication, in-hook) seconds; compute is rows[0]'s step."""
+    compute = min(np.median(rows[0]["step"][:len(rows[0]["step"]) // 2]),
+                  np.median(rows[0]["step"][len(rows[0]["step"]) // 2:]))
+    out = [(rows[0]["config"], compute, 0.0, None)]
+    for row in rows[1:]:
+        step = float(np.median(row["step"]))
+        out.append((row["config"], step, step - compute, row.get("in_hook_per_step")))
+    return out
+
+
+def step_time_report(data: dict, path: Path) -> str:
+    meta, split = data["meta"], step_split(data["rows"])
+    baseline = next(step for name, step, _, _ in split if name.startswith("DDP"))
+    compute = split[0][1]
+    a = meta["args"]
+    lines = ["# Training step time: DDP's own all-reduce against zipcoll's hook", "",
+             f"{meta['ranks']} ranks, MLP of {meta['parameters'] / 1e6:.1f} M parameters "
+             f"({4 * meta['parameters'] / 1e6:.0f} MB of float32 gradients), batch {a['batch']} "
+             f"a rank, SGD with momentum, torch {meta['torch']} with {meta['torch_threads']} "
+             f"thread(s) a rank; median of {a['steps']} steps after {a['warmup']}, slowest "
+             f"rank. Load average at the end: "
+             f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}.", "",
+             f"Command (on the ranks): `{meta['command']}`", "",
+             "| config | schedule | step (ms) | compute (ms) | communication (ms) | "
+             "in the hook (ms) | speedup over DDP |", "|---|---|---|---|---|---|---|"]
+    hooks = {row["config"]: row.get("hook") for row in data["rows"]}
+    for name, step, comm, hook in split:
+        schedule = (hooks.get(name) or {}).get("algorithm", "gloo" if name.startswith("DDP")
+                                                  else "-")
+        lines.append(f"| {name} | {schedule} | {1e3 * step:.0f} | {1e3 * compute:.0f} | "
+                     f"{1e3 * comm:.0f} | {'' if hook is None else f'{1e3 * hook:.0f}'} | "
+                     f"{'' if name.startswith('compute') else f'{baseline / step:.2f}x'} |")
+    _plot_split(split, path.with_suffix(".png"))
+    return "\n".join(lines) + f"\n\n![step time]({path.stem}.png)\n"
+
+
+def _plot_split(split: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [name for name, *_ in split[1:]]
+    compute = split[0][1]
+    comm = [c for _, _, c, _ in split[1:]]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    ax.barh(names, [1e3 * compute] * len(names), label="compute")
+    ax.barh(names, [1e3 * max(0.0, c) for c in comm], left=1e3 * compute, label="communication")
+    ax.invert_yaxis()
+    ax.set(xlabel="ms per training step", title="training step, 2 nodes x 1 rank, 1 Gbit/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("json", type=Path)
+    args = parser.parse_args()
+    data = json.loads(args.json.read_text())
+    if "rows" in data:
+        md = args.json.with_suffix(".md")
+        md.write_text(step_time_report(data, args.json))
+        print(md.read_text())
+        return
+    meta, by = data["meta"], group(data["runs"])
+    a = meta["args"]
+    header = (f"# Convergence through zipcoll's DDP hook\n\n"
+              f"{meta['ranks']} ranks, {a['steps']} steps, batch {a['batch']} per rank, SGD "
+              f"lr {a['lr']} momentum 0.9, MLP with two hidden layers of {a['hidden']}; "
+              f"torch {meta['torch']}. Whole matrix: {meta['seconds']:.0f} s. Load average at "
+              f"the end {', '.join(f'{x:.1f}' for x in meta['load_average'])} (2 cores, shared "
+              f"machine: step times are only indicative).\n\n"
+              f"Command: `{meta['command']}`, then "
+              f"`python benchmarks/train/report.py {args.json}`.\n\n")
+    md = args.json.with_suffix(".md")
+    md.write_text(header + table(by, meta) + f"\n![test accuracy]({args.json.stem}.png)\n")
+    plot(by, args.json.with_suffix(".png"))
+    print(md.read_text())
+
+
+if __name__ == "__main__":
+    main()

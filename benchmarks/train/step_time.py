@@ -1,0 +1,146 @@
+"""What compression buys per training step: DDP's own gloo all-reduce against zipcoll's hook.
+
+One launch times, for a model whose gradients dominate the step (an MLP of ~25 M
+parameters, 100 MB of float32 gradients, batch 32 a rank, SGD with momentum, CPU):
+
+- compute: the same step on the bare module (forward, backward, optimizer), no DDP, no
+  communication, timed before and after the configs (the smaller median is used);
+- each CONFIG: the step under DDP, with DDP's own all-reduce (gloo, over TCP) or with
+  zipcoll.torch's hook (MPI). Communication = step - compute; for the hook also the time
+  spent inside it, measured.
+
+Each is the slowest rank's median over --steps steps after --warmup. Run on the emulated
+cluster, 2 nodes x 1 rank at 1 Gbit/s (as root; see benchmarks/cluster/README.md):
+
+    export PATH=$PWD/.venv/bin:$PATH
+    flock /tmp/zipcoll-heavy.lock bash benchmarks/train/step_time_cluster.sh \\
+        --out benchmarks/results/train/step_time.json
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see convergence.py
+
+import torch  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import zipcoll.torch as ztorch  # noqa: E402
+
+# name -> hook arguments; None: DDP's own all-reduce through the gloo process group.
+CONFIGS = {
+    "DDP (gloo allreduce)": None,
+    "zipcoll lossless": {"codec": None, "algorithm": "ring"},
+    "zipcoll int8": {"codec": "int8", "algorithm": "ring", "error_feedback": False},
+    "zipcoll sign+EF": {"codec": "sign", "algorithm": "allgather"},
+    "zipcoll topk1%+EF": {"codec": "topk:ratio=0.01", "algorithm": "allgather"},
+    # the two-level schedule runs the inter-node level in pipelined 2 MiB slices, so one
+    # slice encodes while another is on the wire (one rank a node: just that level)
+    "zipcoll lossless (hierarchical)": {"codec": None, "algorithm": "hierarchical"},
+    "zipcoll int8 (hierarchical)": {"codec": "int8", "algorithm": "hierarchical",
+                                   "error_feedback": False},
+    "zipcoll sign+EF (hierarchical)": {"codec": "sign", "algorithm": "hierarchical"},
+    "zipcoll topk1%+EF (hierarchical)": {"codec": "topk:ratio=0.01",
+                                        "algorithm": "hierarchical:allgather"},
+}
+
+
+def make_model(width: int, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(1024, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, 1024), torch.nn.ReLU(),
+                               torch.nn.Linear(1024, 10))
+
+
+def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[float]:
+    """Per-step seconds (slowest rank) of --steps steps after --warmup."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    g = torch.Generator().manual_seed(comm.rank)
+    x, y = torch.randn(args.batch, 1024, generator=g), torch.randint(0, 10, (args.batch,))
+    times = []
+    for step in range(args.warmup + args.steps):
+        comm.Barrier()
+        if step == args.warmup:
+            hook_seconds.clear()
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=False)  # no fresh gradient memory each step
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        elapsed = time.perf_counter() - start
+        if step >= args.warmup:
+            times.append(comm.allreduce(elapsed, op=MPI.MAX))
+    del opt
+    return times
+
+
+def timing_hook(hook, seconds: list):
+    """The hook, timing each call into `seconds` (DDP checks the annotations)."""
+    def timed(state, bucket: torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        start = time.perf_counter()
+        done = hook(state, bucket)
+        seconds.append(time.perf_counter() - start)
+        return done
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--out", default="step_time.json")
+    args = parser.parse_args()
+
+    comm = MPI.COMM_WORLD
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // comm.Get_size()))
+    ztorch.init_process_group(comm)
+    net = make_model(args.width)
+    params = sum(p.numel() for p in net.parameters())
+    before = timed_steps(comm, net, args, [])
+    rows = []
+    for name in args.configs.split(","):
+        model = DDP(make_model(args.width))
+        hook_seconds: list = []
+        if CONFIGS[name] is not None:
+            state, hook = ztorch.ddp_comm_hook(**CONFIGS[name])
+            model.register_comm_hook(state, timing_hook(hook, hook_seconds))
+        step = timed_steps(comm, model, args, hook_seconds)
+        in_hook = comm.allreduce(sum(hook_seconds) / args.steps, op=MPI.MAX)
+        rows.append({"config": name, "hook": CONFIGS[name], "step": step,
+                     "in_hook_per_step": in_hook if CONFIGS[name] is not None else None})
+        if CONFIGS[name] is not None:
+            state.reset()
+        del model
+    after = timed_steps(comm, net, args, [])
+    compute = min(statistics.median(before), statistics.median(after))
+    rows.insert(0, {"config": "compute only (no DDP)", "step": before + after})
+    for row in rows:
+        report(comm, row, compute, params)
+    if comm.rank == 0:
+        meta = {"command": "python " + " ".join(os.sys.argv), "ranks": comm.size,
+                "args": vars(args), "parameters": params, "torch": torch.__version__,
+                "torch_threads": torch.get_num_threads(),
+                "load_average": os.getloadavg()}
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+def report(comm, row: dict, compute: float, params: int) -> None:
+    if comm.rank:
+        return
+    step = compute if row["config"].startswith("compute") else statistics.median(row["step"])
+    hook = row.get("in_hook_per_step")
+    print(f"{row['config']:34s} step {1e3 * step:8.1f} ms  compute {1e3 * compute:7.1f} ms  "
+          f"communication {1e3 * (step - compute):8.1f} ms"
+          + (f"  (in hook {1e3 * hook:7.1f} ms)" if hook is not None else "")
+          + f"  [{params / 1e6:.1f} M parameters]", flush=True)
+
+
+if __name__ == "__main__":
+    main()
