@@ -176,3 +176,93 @@ def test_bad_argument_on_one_rank(comm, algorithm, exception, make):
     np.testing.assert_array_equal(recv, buffers()[1])
     np.testing.assert_array_equal(send, buffers()[0])
     assert_still_in_step(comm, algorithm)
+
+
+# -- more bad input (docs/errors.md lists every case and the test that shows it) ------------
+
+@pytest.mark.parametrize("algorithm", ["ring", "auto", "hierarchical"])
+@pytest.mark.parametrize("codec,exception,message", [
+    ("nope", ValueError, "unknown codec 'nope'"),  # UnknownCodecError, a ValueError
+    ("int8:block=0", ValueError, "block"),
+    ({"id": "topk", "ratio": 2}, ValueError, "ratio"),
+    (3, TypeError, "codec spec"),
+], ids=["unknown", "bad-parameter", "bad-config-dict", "not-a-spec"])
+def test_bad_codec_raises_on_every_rank(comm, algorithm, codec, exception, message):
+    send, recv = buffers()
+    error = raised(lambda: zipcoll.allreduce(send, recv, comm=comm, algorithm=algorithm,
+                                             codec=codec))
+    assert isinstance(error, exception) and not isinstance(error, MismatchError), repr(error)
+    assert message in str(error)
+    np.testing.assert_array_equal(recv, buffers()[1])
+    assert_still_in_step(comm, "ring")
+
+
+def test_intracomm_unknown_codec(comm):
+    with pytest.raises(ValueError, match="unknown codec 'nope'"):
+        zipcoll.Intracomm(comm, algorithm="ring", codec="nope")
+
+
+@pytest.mark.parametrize("algorithm,exception,message", [
+    (3, TypeError, "must be a string"),
+    ("ring:tree", ValueError, "unknown algorithm"),
+    ("hierarchical:nope", ValueError, "unknown inter-level schedule"),
+    ("hierarchical:torus", ValueError, "unknown inter-level schedule"),
+])
+def test_bad_algorithm_name(comm, algorithm, exception, message):
+    send, recv = buffers()
+    with pytest.raises(exception, match=message):
+        zipcoll.allreduce(send, recv, comm=comm, algorithm=algorithm)
+    np.testing.assert_array_equal(recv, buffers()[1])
+
+
+@pytest.mark.parametrize("algorithm", ["native", "ring"])
+@pytest.mark.parametrize("dtype", ["int32", "bool"])
+def test_mean_on_a_non_float_dtype(comm, algorithm, dtype):
+    with pytest.raises(TypeError):
+        zipcoll.allreduce(np.ones(N, dtype), op="mean", comm=comm, algorithm=algorithm)
+    assert_still_in_step(comm, algorithm)
+
+
+@pytest.mark.parametrize("topology", ["2x2", "wrong size"])
+def test_topology_that_is_not_one_of_this_communicator(comm, topology):
+    if topology == "wrong size":
+        topology = zipcoll.Topology.from_layout(comm.size + 1, 0)
+    send, recv = buffers()
+    with pytest.raises(ValueError, match=f"zipcoll.Topology of {comm.size} ranks"):
+        zipcoll.allreduce(send, recv, comm=comm, algorithm="hierarchical", topology=topology)
+    np.testing.assert_array_equal(recv, buffers()[1])
+    assert_still_in_step(comm, "hierarchical")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ranks_disagree_on_the_layout(comm):
+    # rank 0: every rank its own node; the others: one node of all ranks
+    ranks_per_node = 1 if comm.rank == 0 else comm.size
+    topology = zipcoll.Topology.from_layout(comm.size, comm.rank, ranks_per_node=ranks_per_node)
+    send, recv = buffers()
+    error = raised(lambda: zipcoll.allreduce(send, recv, comm=comm, algorithm="hierarchical",
+                                             topology=topology))
+    assert isinstance(error, MismatchError) and "layout" in str(error), repr(error)
+    np.testing.assert_array_equal(recv, buffers()[1])
+    assert_still_in_step(comm, "hierarchical")
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["in place", "as recvbuf"])
+def test_jax_array_as_the_result_buffer(comm, in_place):
+    """JAX arrays are immutable: a new array is returned, never written into one."""
+    jnp = pytest.importorskip("jax.numpy")
+    target = jnp.arange(N, dtype=jnp.float32)
+    sendbuf = MPI.IN_PLACE if in_place else np.ones(N, np.float32)
+    with pytest.raises(TypeError, match="JAX arrays are immutable"):
+        zipcoll.allreduce(sendbuf, target, comm=comm, algorithm="ring")
+    np.testing.assert_array_equal(np.asarray(target), np.arange(N, dtype=np.float32))
+    got = zipcoll.allreduce(target, comm=comm, algorithm="ring")  # the way that works
+    np.testing.assert_array_equal(np.asarray(got), np.arange(N, dtype=np.float32) * comm.size)
+
+
+@pytest.mark.parametrize("call", [zipcoll.allreduce, zipcoll.iallreduce])
+def test_comm_that_is_not_a_communicator(comm, call):
+    send, recv = buffers()
+    with pytest.raises(TypeError, match="comm must be"):
+        call(send, recv, comm="world", algorithm="ring")
+    np.testing.assert_array_equal(recv, buffers()[1])
