@@ -74,6 +74,7 @@ from zipcoll.bench.timing import machine, parse_size  # noqa: E402
 from zipcoll.collectives import SCHEDULES  # noqa: E402
 from zipcoll.collectives.ops import BY_NAME  # noqa: E402
 from zipcoll.codecs import ErrorFeedback  # noqa: E402
+from zipcoll.collectives.context import context_for  # noqa: E402
 from zipcoll.collectives.plan import make_plan  # noqa: E402
 
 HANG_STATUS = 3
@@ -383,9 +384,9 @@ def check_dense(s: Started, comm: MPI.Intracomm, topology: zipcoll.Topology) -> 
         problems.append("allreduce did not return recvbuf")
     ref_op = "sum" if call.op == "mean" else call.op
     ref = expected(comm, s.sent, ref_op)  # every rank, whatever the check below needs
-    plan = make_plan(s.sent, None, call.op, call.algorithm,
-                     call.codec, None, topology)  # what the call resolved to
-    if plan.codec is not None or plan.intra_codec is not None:  # auto: across nodes only
+    plan = make_plan(s.sent, None, call.op, call.algorithm, call.codec, None, topology,
+                     context_for(comm).selector)  # what the call resolved to
+    if plan.codec is not None or plan.intra_codec is not None:  # auto: where the model says
         problems += _check_lossy(call, comm, topology, got, plan.name)
     else:
         problems += _check_lossless(call, comm, got, ref)
