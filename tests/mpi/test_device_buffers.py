@@ -1,0 +1,102 @@
+"""GPU buffers without CuPy: host arrays exposing only `__cuda_array_interface__` (as in
+mpi4py's own test suite) through every entry point and algorithm.
+
+zipcoll cannot compute on such memory, so a lossless call goes to the MPI library's own
+Allreduce, whatever algorithm was asked for (a drop-in is never worse than the call it
+replaces), and its result is MPI's bit for bit; a codec or op="mean" raises
+MissingDependencyError on every rank before any message moves.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import zipcoll
+from arrays import FakeCUDA, expected, rank_data
+from zipcoll.collectives.ops import BY_NAME
+
+pytestmark = pytest.mark.mpi
+
+N = 37
+CASES = [("float64", "sum"), ("int32", "max")]
+
+
+@pytest.fixture(autouse=True)
+def no_cupy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+
+
+def _allreduce(comm, send, recv, op, algorithm):
+    zipcoll.allreduce(send, recv, op=op, comm=comm, algorithm=algorithm)
+
+
+def _iallreduce(comm, send, recv, op, algorithm):
+    zipcoll.iallreduce(send, recv, op=op, comm=comm, algorithm=algorithm).wait()
+
+
+def _Allreduce(comm, send, recv, op, algorithm):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Allreduce(send, recv, op)
+
+
+def _Iallreduce(comm, send, recv, op, algorithm):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Iallreduce(send, recv, op).Wait()
+
+
+ENTRY_POINTS = [_allreduce, _iallreduce, _Allreduce, _Iallreduce]
+
+
+@pytest.mark.parametrize("dtype, op", CASES, ids=[f"{d}-{o}" for d, o in CASES])
+@pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", zipcoll.ALGORITHMS)
+def test_equals_mpi(comm, algorithm, call, dtype, op):
+    data = rank_data(dtype, N, comm.rank, op)
+    out = np.full(N, 99, dtype)
+    call(comm, FakeCUDA(data.copy()), FakeCUDA(out), BY_NAME[op].mpi, algorithm)
+    np.testing.assert_array_equal(out, expected(comm, data, op))
+
+
+@pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical"])
+def test_in_place_and_specs(comm, algorithm, call):
+    """MPI.IN_PLACE, mpi4py's [buf, count, datatype] specs, a 2-D array, a longer recvbuf."""
+    data = rank_data("float32", 24, comm.rank).reshape(4, 6)
+    buf = data.copy()
+    call(comm, MPI.IN_PLACE, FakeCUDA(buf), MPI.SUM, algorithm)
+    np.testing.assert_array_equal(buf, expected(comm, data))
+    out = np.full(30, 7, np.float32)
+    call(comm, [FakeCUDA(data), 20, MPI.FLOAT], [FakeCUDA(out), 20, MPI.FLOAT], MPI.SUM,
+         algorithm)
+    np.testing.assert_array_equal(out[:20], expected(comm, data.reshape(-1)[:20]))
+    assert (out[20:] == 7).all()
+
+
+@pytest.mark.parametrize("codec, op", [("int8", "sum"), ("fp16", "sum"), (None, "mean")])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical"])
+def test_computing_on_the_device_needs_cupy(comm, algorithm, codec, op):
+    """Every rank raises, the buffers untouched, and the communicator still works after."""
+    data = rank_data("float32", N, comm.rank)
+    out = np.full(N, 5, np.float32)
+    with pytest.raises(zipcoll.MissingDependencyError, match=r"zipcoll\[cuda12\]"):
+        zipcoll.allreduce(FakeCUDA(data), FakeCUDA(out), op=op, comm=comm,
+                          algorithm=algorithm, codec=codec)
+    assert (out == 5).all()
+    zipcoll.allreduce(FakeCUDA(data), FakeCUDA(out), comm=comm, algorithm=algorithm)
+    np.testing.assert_array_equal(out, expected(comm, data))
+
+
+def test_new_result_needs_cupy(comm):
+    with pytest.raises(zipcoll.MissingDependencyError, match="no recvbuf"):
+        zipcoll.allreduce(FakeCUDA(np.ones(4)), comm=comm)
+
+
+def test_plan_says_why(comm):
+    from zipcoll.collectives.plan import make_plan
+    from zipcoll.topologies import Topology
+
+    data = np.ones(8)
+    plan = make_plan(FakeCUDA(data), FakeCUDA(data.copy()), MPI.SUM, "ring", None, None,
+                     Topology.from_comm(comm))
+    assert plan.name == "native" and "without CuPy" in plan.reason
