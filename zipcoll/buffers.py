@@ -17,6 +17,7 @@ in-place request on one is a TypeError); torch tensors and Numba arrays are writ
 from __future__ import annotations
 
 import array as _pyarray
+import ctypes
 import importlib
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -200,7 +201,7 @@ def _from_dlpack(obj: Any) -> Buffer:
     device_type, _ = obj.__dlpack_device__()
     if device_type in _DLPACK_CUDA_DEVICES:
         if not has_cupy():
-            raise DeviceComputeError(f"reading {type(obj).__name__} through DLPack")
+            return _dlpack_device_memory(obj)
         return _flat(cupy().from_dlpack(obj), obj, CUDA)
     if device_type not in _DLPACK_HOST_DEVICES:
         raise TypeError(f"DLPack device type {device_type} is not supported (host or CUDA)")
@@ -256,6 +257,52 @@ def _device_memory(obj: Any) -> Buffer:
     size = int(np.prod(shape, dtype=np.int64))
     return Buffer(DeviceMemory(int(pointer or 0), dtype, size, bool(readonly), obj), CUDA,
                   obj, shape)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    """dlpack.h's DLTensor: the first member of the DLManagedTensor a "dltensor" capsule holds."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DLPACK_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}  # kDLInt, kDLUInt, kDLFloat, ...
+
+
+def _dlpack_device_memory(obj: Any) -> Buffer:
+    """A CUDA DLPack tensor read by hand (no CuPy): a DeviceMemory window for MPI alone.
+
+    The capsule stays unconsumed and referenced by the window, so the producer's deleter
+    runs only when the window and the capsule are gone.
+    """
+    capsule = obj.__dlpack__()
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
+                                                                  ctypes.c_char_p]
+    tensor = _DLTensor.from_address(get_pointer(capsule, b"dltensor"))
+    kind = _DLPACK_KINDS.get(tensor.dtype.code)
+    if kind is None or tensor.dtype.lanes != 1 or tensor.dtype.bits % 8:
+        raise TypeError(f"DLPack dtype (code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
+                        f"{tensor.dtype.lanes} lanes) is not an MPI buffer type")
+    dtype = np.dtype(f"{kind}{tensor.dtype.bits // 8}" if kind != "b" else "?")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = None if not tensor.strides else tuple(tensor.strides[i] * dtype.itemsize
+                                                    for i in range(tensor.ndim))
+    if not _c_contiguous(shape, strides, dtype.itemsize):
+        raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
+                         "tensor and copy the result back")
+    size = int(np.prod(shape, dtype=np.int64))
+    pointer = (tensor.data or 0) + tensor.byte_offset
+    return Buffer(DeviceMemory(pointer, dtype, size, False, (obj, capsule)), CUDA, obj, shape)
 
 
 def _c_contiguous(shape: tuple, strides: Any, itemsize: int) -> bool:

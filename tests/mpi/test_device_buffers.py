@@ -1,5 +1,6 @@
 """GPU buffers without CuPy: host arrays exposing only `__cuda_array_interface__` (as in
-mpi4py's own test suite) through every entry point and algorithm.
+mpi4py's own test suite), or DLPack claiming a CUDA device, through every entry point and
+algorithm.
 
 zipcoll cannot compute on such memory, so a lossless call goes to the MPI library's own
 Allreduce, whatever algorithm was asked for (a drop-in is never worse than the call it
@@ -15,13 +16,20 @@ import pytest
 from mpi4py import MPI
 
 import zipcoll
-from arrays import FakeCUDA, expected, rank_data
+from arrays import DLPackOnly, FakeCUDA, expected, rank_data
 from zipcoll.collectives.ops import BY_NAME
 
 pytestmark = pytest.mark.mpi
 
 N = 37
 CASES = [("float64", "sum"), ("int32", "max")]
+
+
+class DLPackCUDA(DLPackOnly):
+    """A host array exported through DLPack as if it were on a CUDA device."""
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +64,15 @@ def test_equals_mpi(comm, algorithm, call, dtype, op):
     out = np.full(N, 99, dtype)
     call(comm, FakeCUDA(data.copy()), FakeCUDA(out), BY_NAME[op].mpi, algorithm)
     np.testing.assert_array_equal(out, expected(comm, data, op))
+
+
+@pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical"])
+def test_dlpack_on_cuda_equals_mpi(comm, algorithm, call):
+    data = rank_data("int16", N, comm.rank, "sum")
+    out = np.zeros(N, np.int16)
+    call(comm, DLPackCUDA(data), DLPackCUDA(out), MPI.SUM, algorithm)
+    np.testing.assert_array_equal(out, expected(comm, data))
 
 
 @pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
