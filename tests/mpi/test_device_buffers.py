@@ -18,6 +18,7 @@ from mpi4py import MPI
 import zipcoll
 from arrays import DLPackOnly, FakeCUDA, expected, rank_data
 from zipcoll.collectives.ops import BY_NAME
+from zipcoll.transport import cuda_aware as mpi_is_cuda_aware
 
 pytestmark = pytest.mark.mpi
 
@@ -33,8 +34,9 @@ class DLPackCUDA(DLPackOnly):
 
 
 @pytest.fixture(autouse=True)
-def no_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+def no_cupy(request, monkeypatch):
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
 
 
 def _allreduce(comm, send, recv, op, algorithm):
@@ -117,3 +119,37 @@ def test_plan_says_why(comm):
     plan = make_plan(FakeCUDA(data), FakeCUDA(data.copy()), MPI.SUM, "ring", None, None,
                      Topology.from_comm(comm))
     assert plan.name == "native" and "without CuPy" in plan.reason
+
+
+# -- on a real GPU, with CuPy (benchmarks/gpu_check.sh runs these: pytest -m gpu) ----------
+
+def _cupy_on_a_gpu():
+    try:
+        import cupy
+
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # no CuPy, no driver, no device
+        return None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_aware", ["0", "1"], ids=["staged", "direct"])
+@pytest.mark.parametrize("algorithm, codec", [("native", None), ("ring", None),
+                                              ("hierarchical", None), ("auto", None),
+                                              ("ring", "int8"), ("hierarchical", "fp16")])
+def test_cupy_arrays(comm, monkeypatch, algorithm, codec, cuda_aware):
+    """CuPy arrays: lossless results equal MPI's on the host copy; a codec's are close."""
+    cupy = _cupy_on_a_gpu()
+    if cupy is None:
+        pytest.skip("needs CuPy and a CUDA GPU")
+    if cuda_aware == "1" and not mpi_is_cuda_aware():
+        pytest.skip("MPI is not CUDA-aware")
+    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", cuda_aware)
+    data = rank_data("float32", 1000, comm.rank)
+    out = zipcoll.allreduce(cupy.asarray(data), comm=comm, algorithm=algorithm, codec=codec)
+    assert isinstance(out, cupy.ndarray)
+    want = expected(comm, data)
+    if codec is None:
+        np.testing.assert_allclose(out.get(), want, rtol=1e-5, atol=1e-5)
+    else:
+        assert np.linalg.norm(out.get() - want) <= 0.1 * np.linalg.norm(want)
