@@ -30,7 +30,7 @@ status=0
 {
     echo "# mpi4py $VERSION test_cco_buf.py + test_cco_nb_buf.py, testAllreduce (blocking,"
     echo "# in place, Iallreduce) on COMM_SELF, COMM_WORLD and their Dups: 12 tests a run"
-    echo "# command: benchmarks/peer/run_mpi4py_tests.sh $OUTPUT"
+    echo "# command: MPI4PY_SDIST_DIR=$CACHE benchmarks/peer/run_mpi4py_tests.sh $OUTPUT"
     echo "# date: $(date -u +%FT%TZ); $(mpiexec --version 2>&1 | head -1); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     printf '%-6s %-14s %-22s %s\n' ranks algorithm backends "result (per rank)"
 } > "$OUTPUT"
