@@ -136,9 +136,23 @@ def no_cupy(monkeypatch):
 
 
 def test_cuda_array_interface_without_cupy(no_cupy):
+    """Without CuPy a CUDA array is a window of device memory that only MPI reads."""
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    buf = as_array(FakeCUDA(data))
+    assert buf.device == "cuda" and buf.count == 12 and buf.dtype == np.float32
+    assert buf.shape == (3, 4) and buf.writable
+    window = buf.array[2:5].__cuda_array_interface__
+    assert window["data"] == (data.ctypes.data + 8, False) and window["shape"] == (3,)
+    assert buf.array.view(np.uint8).size == 48
     with pytest.raises(MissingDependencyError, match=r"zipcoll\[cuda12\]") as info:
-        as_array(FakeCUDA(np.zeros(4, np.float32)))
-    assert info.value.package == "cupy" and isinstance(info.value, ImportError)
+        empty_like(buf)  # zipcoll would have to allocate device memory
+    assert info.value.package == "cupy" and isinstance(info.value, TypeError)
+
+
+def test_strided_cuda_array_without_cupy(no_cupy):
+    with pytest.raises(ValueError, match="not contiguous"):
+        as_array(FakeCUDA(np.zeros((4, 4))[:, :2]))
+    assert as_array(FakeCUDA(np.zeros((4, 1, 4))[:, :, :])).count == 16
 
 
 class DLPackOn(DLPackOnly):
@@ -153,8 +167,13 @@ class DLPackOn(DLPackOnly):
 
 
 def test_dlpack_cuda_without_cupy(no_cupy):
-    with pytest.raises(MissingDependencyError, match=r"zipcoll\[cuda12\]"):
-        as_array(DLPackOn(np.zeros(4), 2))  # kDLCUDA
+    """Without CuPy a CUDA DLPack tensor is read by hand: a window of memory MPI reads."""
+    data = np.arange(6, dtype=np.int16).reshape(2, 3)
+    buf = as_array(DLPackOn(data, 2))  # kDLCUDA (host memory here, as far as the test goes)
+    assert buf.device == "cuda" and buf.dtype == np.int16 and buf.shape == (2, 3)
+    assert buf.array.__cuda_array_interface__["data"][0] == data.ctypes.data
+    with pytest.raises(ValueError, match="not contiguous"):
+        as_array(DLPackOn(np.zeros((4, 4))[:, ::2], 2))
 
 
 def test_dlpack_other_device():

@@ -5,6 +5,7 @@
 - NumPy arrays, `array.array`, `bytearray`, `memoryview`, any buffer-protocol object;
 - objects with `__dlpack__` (torch CPU tensors, JAX CPU arrays, NumPy >= 1.22);
 - objects with `__cuda_array_interface__` (CuPy, Numba device arrays, torch CUDA);
+  without CuPy, a `DeviceMemory` window that only the MPI library reads (as mpi4py does);
 - Numba device arrays of the CUDA simulator (`NUMBA_ENABLE_CUDASIM=1`): host memory;
 - mpi4py buffer specs: `[buf, datatype]`, `[buf, count, datatype]`, `(buf, datatype)`.
 
@@ -16,8 +17,10 @@ in-place request on one is a TypeError); torch tensors and Numba arrays are writ
 from __future__ import annotations
 
 import array as _pyarray
+import ctypes
 import importlib
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -33,6 +36,67 @@ CUDA = "cuda"
 # DLPack device types (dlpack.h): which ones are host memory.
 _DLPACK_HOST_DEVICES = {1, 3}  # kDLCPU, kDLCUDAHost
 _DLPACK_CUDA_DEVICES = {2, 13}  # kDLCUDA, kDLCUDAManaged
+
+
+class DeviceComputeError(MissingDependencyError, TypeError):
+    """Device memory that zipcoll would have to compute on (a codec, op="mean", a new
+    result array) while CuPy is missing. A TypeError too, so that it counts as a rejected
+    argument: every rank learns of it before any message moves."""
+
+    def __init__(self, what: str):
+        super().__init__("cupy", "cuda12")
+        self.msg = (f"{what} on GPU buffers needs CuPy; install it with: "
+                    "pip install 'zipcoll[cuda12]' (without it, lossless all-reduces of GPU "
+                    "buffers go to the MPI library's own Allreduce)")
+        self.args = (self.msg,)
+
+
+class DeviceMemory:
+    """A contiguous 1-D typed window of device memory that zipcoll cannot compute on
+    (CuPy is missing). It exposes `__cuda_array_interface__`, so MPI reads and writes it
+    in place, exactly as mpi4py hands such an object to MPI; `owner` keeps it alive."""
+
+    def __init__(self, pointer: int, dtype: np.dtype, size: int, readonly: bool, owner: Any):
+        self.pointer, self.dtype, self.size = pointer, np.dtype(dtype), size
+        self.owner = owner
+        self.flags = SimpleNamespace(c_contiguous=True, writeable=not readonly)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.size,)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.size,), "typestr": self.dtype.str, "strides": None,
+                "data": (self.pointer, not self.flags.writeable), "version": 3,
+                "stream": None}  # the owner's stream was synchronised when it was wrapped
+
+    def reshape(self, *shape: Any) -> "DeviceMemory":
+        if shape not in ((-1,), ((-1,),), (self.size,), ((self.size,),)):
+            raise ValueError(f"device memory without CuPy stays 1-D, not {shape}")
+        return self
+
+    def view(self, dtype: Any) -> "DeviceMemory":
+        dtype = np.dtype(dtype)
+        nbytes = self.size * self.dtype.itemsize
+        if nbytes % dtype.itemsize:
+            raise ValueError(f"{nbytes} bytes are not a whole number of {dtype}")
+        return DeviceMemory(self.pointer, dtype, nbytes // dtype.itemsize,
+                            not self.flags.writeable, self.owner)
+
+    def __getitem__(self, items: Any) -> "DeviceMemory":
+        if not isinstance(items, slice):
+            raise TypeError("device memory without CuPy is sliced, not indexed")
+        start, stop, step = items.indices(self.size)
+        if step != 1:
+            raise ValueError("device memory without CuPy takes contiguous slices only")
+        return DeviceMemory(self.pointer + start * self.dtype.itemsize, self.dtype,
+                            max(0, stop - start), not self.flags.writeable, self.owner)
+
+
+def handed_to_mpi(buf: "Buffer") -> bool:
+    """Whether `buf` is device memory only the MPI library can reduce (no CuPy)."""
+    return isinstance(buf.array, DeviceMemory)
 
 
 @dataclass(frozen=True)
@@ -136,6 +200,8 @@ def _has_buffer_protocol(obj: Any) -> bool:
 def _from_dlpack(obj: Any) -> Buffer:
     device_type, _ = obj.__dlpack_device__()
     if device_type in _DLPACK_CUDA_DEVICES:
+        if not has_cupy():
+            return _dlpack_device_memory(obj)
         return _flat(cupy().from_dlpack(obj), obj, CUDA)
     if device_type not in _DLPACK_HOST_DEVICES:
         raise TypeError(f"DLPack device type {device_type} is not supported (host or CUDA)")
@@ -160,10 +226,104 @@ def _is_jax(obj: Any) -> bool:
     return _framework(obj) in ("jax", "jaxlib")
 
 
+def has_cupy() -> bool:
+    """Whether CuPy imports (zipcoll computes on device memory with it)."""
+    try:
+        cupy()
+    except MissingDependencyError:
+        return False
+    return True
+
+
 def _from_cuda(obj: Any) -> Buffer:
-    cp = cupy()
-    arr = cp.asarray(obj)  # zero-copy view of the device memory
+    if not has_cupy():
+        return _device_memory(obj)
+    arr = cupy().asarray(obj)  # zero-copy view of the device memory
     return _flat(arr, obj, CUDA)
+
+
+def _device_memory(obj: Any) -> Buffer:
+    """`__cuda_array_interface__` read by hand: a DeviceMemory window for MPI alone."""
+    face = obj.__cuda_array_interface__
+    if face.get("mask") is not None:
+        raise TypeError(f"{type(obj).__name__} has a mask; masked device arrays are not buffers")
+    dtype = np.dtype(face["typestr"])
+    shape = tuple(int(n) for n in face["shape"])
+    pointer, readonly = face["data"]
+    if not _c_contiguous(shape, face.get("strides"), dtype.itemsize):
+        raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
+                         "array and copy the result back")
+    _wait_for_stream(face.get("stream"))
+    size = int(np.prod(shape, dtype=np.int64))
+    return Buffer(DeviceMemory(int(pointer or 0), dtype, size, bool(readonly), obj), CUDA,
+                  obj, shape)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    """dlpack.h's DLTensor: the first member of the DLManagedTensor a "dltensor" capsule holds."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DLPACK_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}  # kDLInt, kDLUInt, kDLFloat, ...
+
+
+def _dlpack_device_memory(obj: Any) -> Buffer:
+    """A CUDA DLPack tensor read by hand (no CuPy): a DeviceMemory window for MPI alone.
+
+    The capsule stays unconsumed and referenced by the window, so the producer's deleter
+    runs only when the window and the capsule are gone.
+    """
+    capsule = obj.__dlpack__()
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
+                                                                  ctypes.c_char_p]
+    tensor = _DLTensor.from_address(get_pointer(capsule, b"dltensor"))
+    kind = _DLPACK_KINDS.get(tensor.dtype.code)
+    if kind is None or tensor.dtype.lanes != 1 or tensor.dtype.bits % 8:
+        raise TypeError(f"DLPack dtype (code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
+                        f"{tensor.dtype.lanes} lanes) is not an MPI buffer type")
+    dtype = np.dtype(f"{kind}{tensor.dtype.bits // 8}" if kind != "b" else "?")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = None if not tensor.strides else tuple(tensor.strides[i] * dtype.itemsize
+                                                    for i in range(tensor.ndim))
+    if not _c_contiguous(shape, strides, dtype.itemsize):
+        raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
+                         "tensor and copy the result back")
+    size = int(np.prod(shape, dtype=np.int64))
+    pointer = (tensor.data or 0) + tensor.byte_offset
+    return Buffer(DeviceMemory(pointer, dtype, size, False, (obj, capsule)), CUDA, obj, shape)
+
+
+def _c_contiguous(shape: tuple, strides: Any, itemsize: int) -> bool:
+    """CAI strides (None: C order) describe C-contiguous memory? Length-1 axes don't count."""
+    if strides is None or 0 in shape:
+        return True
+    expected = itemsize
+    for n, stride in zip(reversed(shape), reversed(tuple(strides))):
+        if n != 1 and stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _wait_for_stream(stream: Any) -> None:
+    """CAI v3: the producer's stream must be synchronised before the memory is read."""
+    if stream is None:
+        return
+    from numba import cuda
+
+    cuda.external_stream(int(stream)).synchronize()
 
 
 def _from_spec(spec: Any) -> Buffer:
@@ -191,6 +351,8 @@ def empty_like(buf: Buffer) -> Any:
     For a JAX array on the host it is 64-byte aligned, so the result can become a JAX
     array without a copy (JAX adopts aligned host memory through DLPack, copies the rest).
     """
+    if handed_to_mpi(buf):
+        raise DeviceComputeError("a new result array (no recvbuf)")
     if buf.device == CUDA:
         return cupy().empty(buf.count, dtype=buf.dtype)
     if _is_jax(buf.source):
@@ -242,5 +404,5 @@ def _numba_like(source: Any, shaped: Any) -> Any:
 
 def synchronize(buf: Buffer) -> None:
     """Wait for the GPU stream that produced `buf` before MPI reads the memory."""
-    if buf.device == CUDA:
+    if buf.device == CUDA and not handed_to_mpi(buf):
         cupy().cuda.get_current_stream().synchronize()

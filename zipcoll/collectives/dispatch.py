@@ -21,7 +21,7 @@ def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
     if MPI cannot read it. `blocking`: MPI's own collectives may block (nothing else is in
     flight on the communicator)."""
     send = plan.send.array if plan.send is not None else None
-    if plan.recv.device != CUDA:
+    if plan.recv.device != CUDA or buffers.handed_to_mpi(plan.recv):
         return _steps_on(t, plan, send, plan.recv.array, np, tag, blocking)
     buffers.synchronize(plan.recv)
     if cuda_aware():

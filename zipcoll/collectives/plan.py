@@ -56,6 +56,7 @@ class Plan:
     key: Hashable = None
     mean: bool = False  # divide the sum by the number of ranks
     topology: Topology | None = None
+    reason: str = ""  # why the schedule differs from the one asked for, if it must
 
     @property
     def count(self) -> int:
@@ -83,6 +84,7 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     reduce_op = BY_NAME["sum"] if mean else lookup(op)
     send, recv = _buffers(sendbuf, recvbuf)
     source = send if send is not None else recv
+    to_mpi = buffers.handed_to_mpi(source)
     check_supported(reduce_op, source.dtype)
     if mean and source.dtype.kind not in "fc":
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
@@ -91,13 +93,19 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
     if schedule is not None and schedule.two_level:
         schedule.split(topology)  # ValueError where the layout does not fit
+    if to_mpi:
+        _check_mpi_can_do_it(flat_codec or intra_codec, mean)
     if recv is None:
         recv = _new_result(send)
     else:
         _check_matching(send, recv)
     plan = Plan(send, recv, recvbuf, reduce_op, schedule or SCHEDULES["native"], inner,
                 flat_codec, intra_codec, key=key, mean=mean, topology=topology)
-    if not isinstance(reduce_op, ReduceOp):
+    if to_mpi:
+        plan.schedule, plan.inner = SCHEDULES["native"], None
+        plan.reason = ("GPU buffers without CuPy: the MPI library's own Allreduce, "
+                       "as mpi4py would call it")
+    elif not isinstance(reduce_op, ReduceOp):
         plan.schedule, plan.inner = SCHEDULES["native"], None  # only MPI can apply a user op
     elif schedule is None:
         _choose(plan, source.count * source.dtype.itemsize, selector)
@@ -113,6 +121,15 @@ def _buffers(sendbuf: Any, recvbuf: Any) -> tuple[Buffer | None, Buffer | None]:
     send = None if sendbuf is MPI.IN_PLACE else buffers.as_array(sendbuf)
     recv = None if recvbuf is None else buffers.as_array(recvbuf, writable=True)
     return send, recv
+
+
+def _check_mpi_can_do_it(codec: Codec | None, mean: bool) -> None:
+    """GPU buffers without CuPy: only a lossless reduction MPI applies on its own. A drop-in
+    is never worse than the call it replaces, so every lossless algorithm comes here."""
+    if codec is not None:
+        raise buffers.DeviceComputeError(f"codec {codec.codec_id!r}")
+    if mean:
+        raise buffers.DeviceComputeError("op 'mean'")
 
 
 def _codecs(spec: Any, schedule: Schedule | None, inner: Schedule | None,

@@ -1,0 +1,155 @@
+"""GPU buffers without CuPy: host arrays exposing only `__cuda_array_interface__` (as in
+mpi4py's own test suite), or DLPack claiming a CUDA device, through every entry point and
+algorithm.
+
+zipcoll cannot compute on such memory, so a lossless call goes to the MPI library's own
+Allreduce, whatever algorithm was asked for (a drop-in is never worse than the call it
+replaces), and its result is MPI's bit for bit; a codec or op="mean" raises
+MissingDependencyError on every rank before any message moves.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import zipcoll
+from arrays import DLPackOnly, FakeCUDA, expected, rank_data
+from zipcoll.collectives.ops import BY_NAME
+from zipcoll.transport import cuda_aware as mpi_is_cuda_aware
+
+pytestmark = pytest.mark.mpi
+
+N = 37
+CASES = [("float64", "sum"), ("int32", "max")]
+
+
+class DLPackCUDA(DLPackOnly):
+    """A host array exported through DLPack as if it were on a CUDA device."""
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+
+@pytest.fixture(autouse=True)
+def no_cupy(request, monkeypatch):
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+
+
+def _allreduce(comm, send, recv, op, algorithm):
+    zipcoll.allreduce(send, recv, op=op, comm=comm, algorithm=algorithm)
+
+
+def _iallreduce(comm, send, recv, op, algorithm):
+    zipcoll.iallreduce(send, recv, op=op, comm=comm, algorithm=algorithm).wait()
+
+
+def _Allreduce(comm, send, recv, op, algorithm):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Allreduce(send, recv, op)
+
+
+def _Iallreduce(comm, send, recv, op, algorithm):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Iallreduce(send, recv, op).Wait()
+
+
+ENTRY_POINTS = [_allreduce, _iallreduce, _Allreduce, _Iallreduce]
+
+
+@pytest.mark.parametrize("dtype, op", CASES, ids=[f"{d}-{o}" for d, o in CASES])
+@pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", zipcoll.ALGORITHMS)
+def test_equals_mpi(comm, algorithm, call, dtype, op):
+    data = rank_data(dtype, N, comm.rank, op)
+    out = np.full(N, 99, dtype)
+    call(comm, FakeCUDA(data.copy()), FakeCUDA(out), BY_NAME[op].mpi, algorithm)
+    np.testing.assert_array_equal(out, expected(comm, data, op))
+
+
+@pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical"])
+def test_dlpack_on_cuda_equals_mpi(comm, algorithm, call):
+    data = rank_data("int16", N, comm.rank, "sum")
+    out = np.zeros(N, np.int16)
+    call(comm, DLPackCUDA(data), DLPackCUDA(out), MPI.SUM, algorithm)
+    np.testing.assert_array_equal(out, expected(comm, data))
+
+
+@pytest.mark.parametrize("call", ENTRY_POINTS, ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical"])
+def test_in_place_and_specs(comm, algorithm, call):
+    """MPI.IN_PLACE, mpi4py's [buf, count, datatype] specs, a 2-D array, a longer recvbuf."""
+    data = rank_data("float32", 24, comm.rank).reshape(4, 6)
+    buf = data.copy()
+    call(comm, MPI.IN_PLACE, FakeCUDA(buf), MPI.SUM, algorithm)
+    np.testing.assert_array_equal(buf, expected(comm, data))
+    out = np.full(30, 7, np.float32)
+    call(comm, [FakeCUDA(data), 20, MPI.FLOAT], [FakeCUDA(out), 20, MPI.FLOAT], MPI.SUM,
+         algorithm)
+    np.testing.assert_array_equal(out[:20], expected(comm, data.reshape(-1)[:20]))
+    assert (out[20:] == 7).all()
+
+
+@pytest.mark.parametrize("codec, op", [("int8", "sum"), ("fp16", "sum"), (None, "mean")])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "hierarchical"])
+def test_computing_on_the_device_needs_cupy(comm, algorithm, codec, op):
+    """Every rank raises, the buffers untouched, and the communicator still works after."""
+    data = rank_data("float32", N, comm.rank)
+    out = np.full(N, 5, np.float32)
+    with pytest.raises(zipcoll.MissingDependencyError, match=r"zipcoll\[cuda12\]"):
+        zipcoll.allreduce(FakeCUDA(data), FakeCUDA(out), op=op, comm=comm,
+                          algorithm=algorithm, codec=codec)
+    assert (out == 5).all()
+    zipcoll.allreduce(FakeCUDA(data), FakeCUDA(out), comm=comm, algorithm=algorithm)
+    np.testing.assert_array_equal(out, expected(comm, data))
+
+
+def test_new_result_needs_cupy(comm):
+    with pytest.raises(zipcoll.MissingDependencyError, match="no recvbuf"):
+        zipcoll.allreduce(FakeCUDA(np.ones(4)), comm=comm)
+
+
+def test_plan_says_why(comm):
+    from zipcoll.collectives.plan import make_plan
+    from zipcoll.topologies import Topology
+
+    data = np.ones(8)
+    plan = make_plan(FakeCUDA(data), FakeCUDA(data.copy()), MPI.SUM, "ring", None, None,
+                     Topology.from_comm(comm))
+    assert plan.name == "native" and "without CuPy" in plan.reason
+
+
+# -- on a real GPU, with CuPy (benchmarks/gpu_check.sh runs these: pytest -m gpu) ----------
+
+def _cupy_on_a_gpu():
+    try:
+        import cupy
+
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # no CuPy, no driver, no device
+        return None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_aware", ["0", "1"], ids=["staged", "direct"])
+@pytest.mark.parametrize("algorithm, codec", [("native", None), ("ring", None),
+                                              ("hierarchical", None), ("auto", None),
+                                              ("ring", "int8"), ("hierarchical", "fp16")])
+def test_cupy_arrays(comm, monkeypatch, algorithm, codec, cuda_aware):
+    """CuPy arrays: lossless results equal MPI's on the host copy; a codec's are close."""
+    cupy = _cupy_on_a_gpu()
+    if cupy is None:
+        pytest.skip("needs CuPy and a CUDA GPU")
+    if cuda_aware == "1" and not mpi_is_cuda_aware():
+        pytest.skip("MPI is not CUDA-aware")
+    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", cuda_aware)
+    data = rank_data("float32", 1000, comm.rank)
+    out = zipcoll.allreduce(cupy.asarray(data), comm=comm, algorithm=algorithm, codec=codec)
+    assert isinstance(out, cupy.ndarray)
+    want = expected(comm, data)
+    if codec is None:
+        np.testing.assert_allclose(out.get(), want, rtol=1e-5, atol=1e-5)
+    else:
+        assert np.linalg.norm(out.get() - want) <= 0.1 * np.linalg.norm(want)
