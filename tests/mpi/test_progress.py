@@ -59,28 +59,6 @@ def test_sparse_allgather_while_a_call_is_in_flight(comm):
     np.testing.assert_array_equal(ra, expected(comm, a))
 
 
-@pytest.mark.parametrize("first", ["ring", "dbtree"])
-def test_two_in_flight_tested_then_waited_newest_first(comm, first):
-    """Start a then b, test a, wait b, then a (legal in MPI), pairing `first` with every
-    lossless schedule, a few rounds: b's waits must keep a moving, and both be right."""
-    wrong = []
-    for round_ in range(3):
-        for second in LOSSLESS:
-            a = rank_data("int32", 50_001, comm.rank)
-            b = rank_data("int16", 3_001, comm.rank, "max")
-            ra, rb = np.zeros_like(a), np.zeros_like(b)
-            req_a = zipcoll.iallreduce(a, ra, comm=comm, algorithm=first)
-            req_b = zipcoll.iallreduce(b, rb, op=MPI.MAX, comm=comm, algorithm=second)
-            req_a.test()
-            req_b.wait()
-            req_a.wait()
-            if not np.array_equal(ra, expected(comm, a)):
-                wrong.append(f"round {round_}: a ({first}) beside {second}")
-            if not np.array_equal(rb, expected(comm, b, MPI.MAX)):
-                wrong.append(f"round {round_}: b ({second}) beside {first}")
-    assert wrong == []
-
-
 def _many_in_flight(comm, n: int, seed: int) -> list[str]:
     """n calls over every lossless schedule, completed in a random order per rank."""
     algorithms = [LOSSLESS[i % len(LOSSLESS)] for i in range(n)]
