@@ -12,7 +12,6 @@ from mpi4py import MPI
 
 from arrays import KINDS, DLPackOnly, FakeCUDA, view
 from frameworks import framework_params
-from zipcoll import buffers
 from zipcoll.buffers import HOST, as_array, empty_like, result_like
 from zipcoll.errors import MissingDependencyError
 
@@ -199,11 +198,6 @@ def test_new_result_of_another_kind_is_numpy():
     buf = as_array(memoryview(np.arange(4.0)))
     result = result_like(buf, empty_like(buf))
     assert isinstance(result, np.ndarray) and result.shape == (4,)
-
-
-def test_optional_imports_name_their_extra():
-    with pytest.raises(MissingDependencyError, match=r"zipcoll\[jax\]"):
-        buffers.import_optional("no_such_module_zipcoll", "jax")
 
 
 # -- framework arrays: torch, JAX, Numba (simulated) device arrays ------------------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import array as _pyarray
 import ctypes
-import importlib
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -120,14 +119,6 @@ class Buffer:
     def writable(self) -> bool:
         flags = getattr(self.array, "flags", None)
         return bool(getattr(flags, "writeable", True))
-
-
-def import_optional(module: str, extra: str):
-    """Import an optional dependency, or say which extra brings it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(module, extra) from exc
 
 
 def is_buffer_spec(obj: Any) -> bool:

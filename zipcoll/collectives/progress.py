@@ -82,11 +82,6 @@ class Engine:
     def __init__(self) -> None:
         self._live: list[Request] = []
 
-    @property
-    def busy(self) -> bool:
-        """Whether any call is still in flight."""
-        return bool(self._live)
-
     def start(self, request: Request) -> None:
         request._advance()
         if not request.done:
