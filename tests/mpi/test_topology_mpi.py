@@ -98,3 +98,23 @@ def test_ranks_that_disagree_all_raise(monkeypatch):
     monkeypatch.setenv(RANKS_PER_NODE_ENV, "1" if RANK == 0 else "2")
     with pytest.raises(ValueError, match="ranks disagree"):
         Topology.from_comm(COMM)
+
+
+@pytest.mark.mpi
+def test_flat_schedules_follow_a_round_robin_ring_order():
+    """Nodes of alternate ranks: flat schedules run on the communicator renumbered in the
+    topology's ring order (each node's ranks neighbours), and still give MPI's answer."""
+    import numpy as np
+
+    import zipcoll
+    from arrays import LOSSLESS
+
+    nodes = [list(range(0, SIZE, 2)), list(range(1, SIZE, 2))] if SIZE > 1 else [[0]]
+    topo = Topology.from_layout(SIZE, RANK, nodes=nodes)
+    x = np.arange(1001, dtype=np.int64) * (RANK + 1)
+    ref = np.empty_like(x)
+    COMM.Allreduce(x, ref)
+    results = {a: zipcoll.iallreduce(x, algorithm=a, topology=topo).wait() for a in LOSSLESS}
+    assert topo.ring_is_rank_order == (SIZE <= 2)
+    for algorithm, got in results.items():
+        np.testing.assert_array_equal(got, ref, err_msg=algorithm)

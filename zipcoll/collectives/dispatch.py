@@ -46,8 +46,7 @@ def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
 
 def _in_ring_order(t: Transport, plan: Plan) -> Transport:
     """t, renumbered so that each node's ranks are neighbours (when they are not already)."""
-    order = plan.topology.ring_order()
-    return t if order == list(range(t.size)) else t.reordered(order)
+    return t if plan.topology.ring_is_rank_order else t.reordered(plan.topology.ring_order())
 
 
 def _layout(plan: Plan) -> tuple:
@@ -61,8 +60,8 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
         return False
     if plan.schedule.two_level:
         return not t.has_split(_layout(plan))
-    order = plan.topology.ring_order()
-    return order != list(range(t.size)) and not t.has_reordered(order)
+    topology = plan.topology
+    return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
 
 
 def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,

@@ -12,6 +12,7 @@ Environment (read by `from_comm` only, where the argument is not given):
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import warnings
@@ -172,7 +173,16 @@ class Topology:
 
     def ring_order(self) -> list[int]:
         """Ring positions -> ranks, each node contiguous (see `trees.ring_order`)."""
-        return ring_order(self.size, node_of=self.node_of)
+        return list(self._ring)
+
+    @functools.cached_property
+    def _ring(self) -> tuple[int, ...]:
+        return tuple(ring_order(self.size, node_of=self.node_of))
+
+    @functools.cached_property
+    def ring_is_rank_order(self) -> bool:
+        """Whether the ring order is 0, 1, ..., size-1 (nodes hold consecutive ranks)."""
+        return self._ring == tuple(range(self.size))
 
     # ------------------------------------------------------------------- grid
 
