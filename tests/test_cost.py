@@ -6,6 +6,7 @@ A round profile makes the arithmetic checkable: intra alpha 1 us and 1 ns/byte, 
 import json
 import math
 
+import numpy as np
 import pytest
 
 from zipcoll import get_codec
@@ -234,7 +235,7 @@ def test_selector_prices_each_bucket_once_at_its_middle():
     assert selector.choose(1023, topo, "int8") is first  # same bucket: [512, 1024)
     assert first == cost.choose(cost.bucket_size(cost.size_bucket(1000)), topo, "int8", ROUND)
     assert cost.bucket_size(cost.size_bucket(1000)) == int(2 ** 9.5)
-    assert set(selector._decided) >= {(10, "float32", True, "int8", Shape(4, 2, 2))}
+    assert set(selector._decided) >= {(10, np.dtype("float32"), True, "int8", Shape(4, 2, 2))}
 
 
 def test_ring_over_nodes_goes_at_the_slower_link():

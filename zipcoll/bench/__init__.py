@@ -22,6 +22,8 @@ COMMANDS = {
                   "measure links, reductions, native and codec speeds: a cost-model profile"),
     "simulate": ("zipcoll.bench.simulate",
                  "predicted data-parallel step time and scaling on clusters we do not have"),
+    "autocheck": ("zipcoll.bench.autocheck",
+                  "algorithm='auto' beside every plan it could have picked, measured"),
 }
 
 

@@ -6,6 +6,7 @@ sends a message or writes a caller's buffer; every rank can run it alone.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping
@@ -157,7 +158,17 @@ def _codecs(spec: Any, schedule: Schedule | None, inner: Schedule | None,
 
 
 def _codec(spec: Any) -> Codec | None:
+    """The codec of a spec; a string naming a codec without state is parsed once."""
+    if isinstance(spec, str):
+        codec = _parsed(spec)
+        if not (codec.stochastic or isinstance(codec, ErrorFeedback)):
+            return codec  # stateless: one object serves every call
     return None if spec is None else get_codec(spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(spec: str) -> Codec:
+    return get_codec(spec)
 
 
 def _feedback_as_key(intra: Codec | None, flat: Codec | None,

@@ -26,10 +26,12 @@ is made the same on every rank).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
 import os
+import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -269,11 +271,17 @@ def codec_spec(codec: Any) -> str | None:
         return f"{codec.codec_id}:{codec_spec(inner)}"
     config = codec.get_config()
     codec_id = config.pop("id")
-    defaults = {name: param.default for name, param
-                in inspect.signature(type(codec).__init__).parameters.items()}
+    defaults = _defaults(type(codec))
     changed = {k: v for k, v in sorted(config.items()) if defaults.get(k, ...) != v}
     items = ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in changed.items())
     return f"{codec_id}:{items}" if items else codec_id
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(codec_type: type) -> dict:
+    """A codec class's constructor defaults (cached: ``auto`` asks on every call)."""
+    return {name: param.default for name, param
+            in inspect.signature(codec_type.__init__).parameters.items()}
 
 
 @dataclass(frozen=True)
@@ -796,14 +804,33 @@ class Selector:
     def choose(self, nbytes: int, topology: Any, codec: Any = None, dtype: str = "float32",
                op: str = "sum") -> PlanShape:
         """The cheapest plan for a message of ``nbytes`` (cached per bucket)."""
-        shape = Shape.of(topology)
-        key = (size_bucket(nbytes), np.dtype(dtype).name, _sums(op), codec_spec(codec), shape)
+        key = (size_bucket(nbytes), np.dtype(dtype), _sums(op), _spec_of(codec),
+               _shape_of(topology))
         plan = self._decided.get(key)
         if plan is None:
-            plan = choose(bucket_size(key[0]), shape, key[3], self.profile, key[1],
+            plan = choose(bucket_size(key[0]), key[4], key[3], self.profile, key[1].name,
                           "sum" if key[2] else "other")
             self._decided[key] = plan
         return plan
+
+
+# ``auto`` keys every call by these; computing them afresh cost more than the lookup
+_SPECS: "weakref.WeakKeyDictionary[Codec, str | None]" = weakref.WeakKeyDictionary()
+
+
+def _spec_of(codec: Any) -> str | None:
+    """``codec_spec``, remembered per codec object (a codec's configuration never changes)."""
+    if not isinstance(codec, Codec):
+        return codec_spec(codec)
+    spec = _SPECS.get(codec)
+    if spec is None:
+        spec = _SPECS[codec] = codec_spec(codec)
+    return spec
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_of(topology: Any) -> Shape:
+    return Shape.of(topology)
 
 
 def choose(nbytes: int, topology: Any, codec: Any = None, profile: Profile | None = None,

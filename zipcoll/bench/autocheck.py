@@ -1,0 +1,207 @@
+"""zipcoll-bench autocheck: ``algorithm="auto"`` beside every plan it could have picked, measured.
+
+    mpiexec -n 4 zipcoll-bench autocheck -m 8:64M --codec int8 --json autocheck.json
+    ZIPCOLL_PROFILE=profile.json mpiexec -n 4 zipcoll-bench autocheck -m 1M:64M
+
+At each size it times ``auto`` (lossless, and with ``--codec`` allowed) and every plan the
+cost model may choose from (``cost.candidate_plans``: the lossless ones, and those that
+carry the codec), in the same job, and prints auto's pick and its time over the best
+plan's. How, so that a shared or noisy machine misleads as little as possible:
+
+- warm-up: every plan runs a few times at a small size first (Numba compiles, scratch);
+- screening: at each size every plan runs once untimed (scratch for the size) and is
+  timed over about ``SCREEN_SECONDS``; plans slower than ``KEEP`` x the fastest are out;
+- rounds: the rest, and both autos, are timed ``--rounds`` times in an order shuffled
+  alike on every rank (each a few calls, OSU's way: a barrier before each call); a
+  plan's time is the median over rounds of the slowest rank's mean.
+float32 SUM, different data on every rank. Results are not checked here: the tests do.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+import zipcoll
+from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
+from zipcoll.topologies import Topology
+from zipcoll.topologies.cost import PlanShape, candidate_plans
+from zipcoll.topologies.explain import explain, shared_profile
+
+SCREEN_SECONDS = 0.02   # timed per plan and size in the screening
+ROUND_SECONDS = 0.05    # timed per plan and size in each round
+KEEP = 1.5              # screened plans within this factor of the fastest go on to the rounds
+MAX_CALLS = 200
+AUTO = "auto"
+
+
+@dataclass
+class SizeResult:
+    """One size: each timed plan's median seconds, auto's picks and what they cost."""
+
+    nbytes: int
+    seconds: dict = field(default_factory=dict)     # plan label -> median seconds
+    screened: dict = field(default_factory=dict)    # plan label -> screening seconds
+    picks: dict = field(default_factory=dict)       # "lossless" / codec -> plan label
+    predicted: dict = field(default_factory=dict)   # plan label -> model seconds
+
+    def best(self, labels: list[str]) -> tuple[str, float]:
+        timed = [(self.seconds.get(x, self.screened.get(x, float("inf"))), x) for x in labels]
+        seconds, label = min(timed)
+        return label, seconds
+
+
+def label(plan: PlanShape) -> str:
+    return str(plan)
+
+
+def call_of(plan: PlanShape, send: np.ndarray, recv: np.ndarray, comm: MPI.Intracomm) -> Callable:
+    """One all-reduce running exactly ``plan`` (auto: a PlanShape named "auto")."""
+    codec = plan.inter_codec
+
+    def call():
+        zipcoll.allreduce(send, recv, algorithm=plan.name, codec=codec, comm=comm)
+    return call
+
+
+def slowest_mean(call: Callable, calls: int, comm: MPI.Comm) -> float:
+    """The slowest rank's mean seconds per call over ``calls`` calls."""
+    return comm.allreduce(time_per_call(call, calls, 0, comm), op=MPI.MAX)
+
+
+def calls_for(seconds_each: float, budget: float) -> int:
+    return int(min(MAX_CALLS, max(1, budget / max(seconds_each, 1e-7))))
+
+
+def plans_to_time(topology: Topology, codec: str | None) -> tuple[list[PlanShape], list[PlanShape]]:
+    """(candidate plans, the autos): lossless auto, and auto with the codec if one is given."""
+    plans = candidate_plans(topology, codec)
+    autos = [PlanShape(AUTO)] + ([PlanShape(AUTO, None, None, codec)] if codec else [])
+    return plans, autos
+
+
+def warm_up(plans: list[PlanShape], comm: MPI.Intracomm) -> None:
+    """Every plan a few times at 64 KiB: compiles and first-use costs out of the timings."""
+    send = np.ones(1 << 14, np.float32)
+    recv = np.empty_like(send)
+    for plan in plans:
+        time_per_call(call_of(plan, send, recv, comm), 3, 0, comm)
+
+
+def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], rounds: int,
+                 comm: MPI.Intracomm) -> SizeResult:
+    """Screen every plan at ``nbytes``, then time the survivors and the autos in rounds."""
+    rng = np.random.default_rng([7, comm.Get_rank()])
+    send = rng.standard_normal(max(1, nbytes // 4), dtype=np.float32)
+    recv = np.empty_like(send)
+    result = SizeResult(nbytes)
+    calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
+    for name, call in calls.items():
+        first = slowest_mean(call, 1, comm)  # untimed in effect: scratch for this size
+        result.screened[name] = slowest_mean(call, calls_for(first, SCREEN_SECONDS), comm)
+    fastest = min(result.screened[label(p)] for p in plans)
+    finalists = [x for x in calls if x.startswith(AUTO) or result.screened[x] <= KEEP * fastest]
+    order = random.Random(nbytes)  # the same on every rank: collective calls must match
+    samples: dict[str, list[float]] = {x: [] for x in finalists}
+    for _ in range(rounds):
+        order.shuffle(finalists)
+        for name in finalists:
+            each = result.screened[name]
+            samples[name].append(slowest_mean(calls[name], calls_for(each, ROUND_SECONDS), comm))
+    result.seconds = {x: statistics.median(v) for x, v in samples.items()}
+    return result
+
+
+def auto_picks(nbytes: int, topology: Topology, codec: str | None, comm: MPI.Intracomm) -> dict:
+    """What auto runs at ``nbytes``: the Selector it uses (rank 0's profile, cached per bucket)."""
+    selector = shared_profile(comm)
+    picks = {"lossless": label(selector.choose(nbytes, topology, None))}
+    if codec:
+        picks[codec] = label(selector.choose(nbytes, topology, codec))
+    return picks
+
+
+def ratio_row(result: SizeResult, plans: list[PlanShape], codec: str | None) -> list[str]:
+    """Cells of one size: for each auto, its pick, time, the best plan, time, and the ratio."""
+    lossless = [label(p) for p in plans if p.inter_codec is None]
+    cells = [_size_text(result.nbytes)]
+    for mode, auto_label, allowed in _modes(plans, codec, lossless):
+        best, best_s = result.best(allowed)
+        auto_s = result.seconds[auto_label]
+        cells += [result.picks[mode], _ms(auto_s), best, _ms(best_s), f"{auto_s / best_s:.2f}"]
+    return cells
+
+
+def _modes(plans: list[PlanShape], codec: str | None, lossless: list[str]):
+    yield "lossless", AUTO, lossless
+    if codec:
+        yield codec, label(PlanShape(AUTO, None, None, codec)), [label(p) for p in plans]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds < 0.01 else f"{seconds * 1e3:.1f}"
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, shift in (("M", 20), ("K", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift}{unit}"
+    return str(nbytes)
+
+
+def header(codec: str | None) -> list[str]:
+    cols = ["size"]
+    for mode in ["lossless"] + ([codec] if codec else []):
+        cols += [f"auto ({mode}) runs", "ms", "best measured", "ms", "auto/best"]
+    return cols
+
+
+def markdown(rows: list[list[str]], cols: list[str]) -> str:
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zipcoll-bench autocheck", description=__doc__.split("\n")[0])
+    p.add_argument("-m", "--message-size", default="8:64M", help="[MIN:]MAX bytes, doubling")
+    p.add_argument("--codec", help="also auto with this codec allowed (e.g. int8)")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds per size (median)")
+    p.add_argument("--json", help="write every size's timings here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    comm = MPI.COMM_WORLD
+    topology = Topology.from_comm(comm)
+    plans, autos = plans_to_time(topology, args.codec)
+    root = comm.Get_rank() == 0
+    if root:
+        print(f"# zipcoll-bench autocheck: {comm.Get_size()} ranks, {topology.num_nodes} node(s), "
+              f"{len(plans)} plans, profile: {shared_profile(comm).profile.source}", flush=True)
+    warm_up(plans + autos, comm)
+    results, rows = [], []
+    for nbytes in message_sizes(*parse_range(args.message_size, default_min=8)):
+        result = measure_size(nbytes, plans, autos, args.rounds, comm)
+        result.picks = auto_picks(nbytes, topology, args.codec, comm)
+        result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec)}
+        results.append(result)
+        rows.append(ratio_row(result, plans, args.codec))
+        if root:
+            print(" | ".join(rows[-1]), flush=True)
+    if root:
+        print(markdown(rows, header(args.codec)))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"argv": sys.argv, "ranks": comm.Get_size(),
+                           "nodes": topology.num_nodes, "codec": args.codec,
+                           "profile": shared_profile(comm).profile.source,
+                           "sizes": [asdict(r) for r in results]}, f, indent=1)
+    return 0
