@@ -308,3 +308,20 @@ def test_simulate_command(capsys):
     assert sim.main(["--params", "25.6M", "--gpus", "16", "--compute-ms", "250", "--codec", "int8"]) == 0
     out = capsys.readouterr().out
     assert "2 nodes of 8" in out and "best with int8" in out
+
+
+def test_measured_plans_price_their_layout_only():
+    topo = Topology(4, 0, (0, 0, 1, 1))
+    slow_native = {"2x2": {"native": ((8, 1.0), (1 << 20, 2.0)), "ring": ((8, 1e-3), (1 << 20, 2e-3))}}
+    profile = cost.Profile(**{**DEFAULT_PROFILE.__dict__, "plans": slow_native})
+    assert cost.predict(PlanShape("ring"), 1 << 10, topo, profile) == pytest.approx(
+        math.exp(np.interp(math.log(1 << 10), [math.log(8), math.log(1 << 20)],
+                           [math.log(1e-3), math.log(2e-3)])))
+    assert cost.predict(PlanShape("native"), 1 << 20, topo, profile) == 2.0
+    assert cost.choose(1 << 10, topo, None, profile) != PlanShape("native")
+    # another layout, and plans not measured, keep the formulas
+    assert cost.predict(PlanShape("ring"), 1 << 10, Topology(4, 0, (0, 1, 2, 3)), profile) == \
+        cost.predict(PlanShape("ring"), 1 << 10, Topology(4, 0, (0, 1, 2, 3)), DEFAULT_PROFILE)
+    assert cost.predict(PlanShape("tree"), 1 << 10, topo, profile) == \
+        cost.predict(PlanShape("tree"), 1 << 10, topo, DEFAULT_PROFILE)
+    assert cost.Profile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile

@@ -2,7 +2,9 @@
 import json
 
 import pytest
+from mpi4py import MPI
 
+from zipcoll.bench import autocheck
 from zipcoll.bench import calibrate as cal
 from zipcoll.topologies import Topology
 from zipcoll.topologies import cost
@@ -78,3 +80,39 @@ def test_ranks_with_different_profiles_still_agree(comm, tmp_path, monkeypatch):
         assert ranking.best == cost.choose(1 << 20, topo, None, selector.profile)
     finally:
         fresh.Free()
+
+
+def test_calibrated_plans_price_auto_on_this_layout(comm, quick, monkeypatch):
+    if comm.size < 2:
+        pytest.skip("one rank runs native only")
+    monkeypatch.setattr(autocheck, "SCREEN_SECONDS", 0.002)
+    monkeypatch.setattr(autocheck, "ROUND_SECONDS", 0.002)
+    profile, _ = cal.calibrate(comm, quick=True, codecs=["int8"], plan_codecs=["int8"],
+                               plan_sizes=[8, 1 << 12])
+    topology = Topology.from_comm(comm)
+    table = profile.plans[cost.Shape.of(topology).label]
+    assert set(table) == {str(p) for p in cost.candidate_plans(topology, "int8")}
+    assert all([n for n, _ in points] == [8, 1 << 12] and all(s > 0 for _, s in points)
+               for points in table.values())
+    assert comm.allgather(profile.to_dict()) == [profile.to_dict()] * comm.size
+    # auto's ranking is the measured one: the fastest measured plan at 4 KiB comes first
+    fastest = min(table, key=lambda plan: table[plan][1][1])
+    assert str(cost.choose(1 << 12, topology, "int8", profile)) == fastest
+
+
+def test_autocheck_times_auto_beside_every_plan(comm, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(autocheck, "SCREEN_SECONDS", 0.002)
+    monkeypatch.setattr(autocheck, "ROUND_SECONDS", 0.002)
+    path = comm.bcast(str(tmp_path / "autocheck.json"), root=0)
+    assert autocheck.main(["-m", "1K:2K", "--codec", "int8", "--rounds", "2", "--json", path]) == 0
+    # auto prices a size at its bucket's middle (1 KiB: 1448 B), with COMM_WORLD's profile
+    expected = [str(explain(int(n * 2 ** 0.5), comm=MPI.COMM_WORLD).best) for n in (1024, 2048)]
+    comm.Barrier()
+    if comm.rank == 0:
+        data = json.load(open(path))
+        assert [s["nbytes"] for s in data["sizes"]] == [1024, 2048]
+        picks = [s["picks"]["lossless"] for s in data["sizes"]]
+        assert picks == (expected if comm.size > 1 else ["native", "native"])
+        for size in data["sizes"]:
+            assert size["seconds"]["auto"] > 0 and size["seconds"][autocheck.MPI_OWN] > 0
+        assert "pick/best" in capsys.readouterr().out

@@ -5,15 +5,17 @@
 
 At each size it times ``auto`` (lossless, and with ``--codec`` allowed) and every plan the
 cost model may choose from (``cost.candidate_plans``: the lossless ones, and those that
-carry the codec), in the same job, and prints auto's pick and its time over the best
-plan's. How, so that a shared or noisy machine misleads as little as possible:
+carry the codec), in the same job, and prints auto's pick, the pick's time over the best
+plan's (how good the choice is) and auto's own calls' time over it (the choice plus what
+choosing costs a call). How, so that a shared or noisy machine misleads as little as possible:
 
 - warm-up: every plan runs a few times at a small size first (Numba compiles, scratch);
 - screening: at each size every plan runs once untimed (scratch for the size) and is
   timed over about ``SCREEN_SECONDS``; plans slower than ``KEEP`` x the fastest are out;
-- rounds: the rest, and both autos, are timed ``--rounds`` times in an order shuffled
-  alike on every rank (each a few calls, OSU's way: a barrier before each call); a
-  plan's time is the median over rounds of the slowest rank's mean.
+- rounds: the rest, auto's picks, both autos and mpi4py's own Allreduce (for reference)
+  are timed ``--rounds`` times in an order shuffled alike on every rank (each a few
+  calls, OSU's way: a barrier before each call); a plan's time is the median over
+  rounds of the slowest rank's mean.
 float32 SUM, different data on every rank. Results are not checked here: the tests do.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ ROUND_SECONDS = 0.05    # timed per plan and size in each round
 KEEP = 1.5              # screened plans within this factor of the fastest go on to the rounds
 MAX_CALLS = 200
 AUTO = "auto"
+MPI_OWN = "MPI_Allreduce"  # mpi4py's call, for reference: not one of auto's choices
 
 
 @dataclass
@@ -96,18 +99,21 @@ def warm_up(plans: list[PlanShape], comm: MPI.Intracomm) -> None:
 
 
 def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], rounds: int,
-                 comm: MPI.Intracomm) -> SizeResult:
-    """Screen every plan at ``nbytes``, then time the survivors and the autos in rounds."""
+                 comm: MPI.Intracomm, keep: tuple = ()) -> SizeResult:
+    """Screen every plan at ``nbytes``, then time the survivors, the autos and the plans
+    named in ``keep`` (auto's picks) in rounds."""
     rng = np.random.default_rng([7, comm.Get_rank()])
     send = rng.standard_normal(max(1, nbytes // 4), dtype=np.float32)
     recv = np.empty_like(send)
     result = SizeResult(nbytes)
     calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
+    calls[MPI_OWN] = lambda: comm.Allreduce(send, recv)
     for name, call in calls.items():
         first = slowest_mean(call, 1, comm)  # untimed in effect: scratch for this size
         result.screened[name] = slowest_mean(call, calls_for(first, SCREEN_SECONDS), comm)
     fastest = min(result.screened[label(p)] for p in plans)
-    finalists = [x for x in calls if x.startswith(AUTO) or result.screened[x] <= KEEP * fastest]
+    finalists = [x for x in calls if x in keep or x.startswith(AUTO) or x == MPI_OWN
+                 or result.screened[x] <= KEEP * fastest]
     order = random.Random(nbytes)  # the same on every rank: collective calls must match
     samples: dict[str, list[float]] = {x: [] for x in finalists}
     for _ in range(rounds):
@@ -129,14 +135,17 @@ def auto_picks(nbytes: int, topology: Topology, codec: str | None, comm: MPI.Int
 
 
 def ratio_row(result: SizeResult, plans: list[PlanShape], codec: str | None) -> list[str]:
-    """Cells of one size: for each auto, its pick, time, the best plan, time, and the ratio."""
+    """Cells of one size, for each auto: its pick, the best plan measured and its time, the
+    pick's time over the best's, and auto's own calls' time over the best's."""
     lossless = [label(p) for p in plans if p.inter_codec is None]
     cells = [_size_text(result.nbytes)]
     for mode, auto_label, allowed in _modes(plans, codec, lossless):
         best, best_s = result.best(allowed)
-        auto_s = result.seconds[auto_label]
-        cells += [result.picks[mode], _ms(auto_s), best, _ms(best_s), f"{auto_s / best_s:.2f}"]
-    return cells
+        pick = result.picks[mode]
+        pick_s = result.best([pick])[1]
+        cells += [pick, best, _ms(best_s), f"{pick_s / best_s:.2f}",
+                  f"{result.seconds[auto_label] / best_s:.2f}"]
+    return cells + [_ms(result.seconds[MPI_OWN])]
 
 
 def _modes(plans: list[PlanShape], codec: str | None, lossless: list[str]):
@@ -159,8 +168,8 @@ def _size_text(nbytes: int) -> str:
 def header(codec: str | None) -> list[str]:
     cols = ["size"]
     for mode in ["lossless"] + ([codec] if codec else []):
-        cols += [f"auto ({mode}) runs", "ms", "best measured", "ms", "auto/best"]
-    return cols
+        cols += [f"auto ({mode}) picks", "best measured", "ms", "pick/best", "auto/best"]
+    return cols + ["MPI_Allreduce ms"]
 
 
 def markdown(rows: list[list[str]], cols: list[str]) -> str:
@@ -189,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     warm_up(plans + autos, comm)
     results, rows = [], []
     for nbytes in message_sizes(*parse_range(args.message_size, default_min=8)):
-        result = measure_size(nbytes, plans, autos, args.rounds, comm)
-        result.picks = auto_picks(nbytes, topology, args.codec, comm)
+        picks = auto_picks(nbytes, topology, args.codec, comm)
+        result = measure_size(nbytes, plans, autos, args.rounds, comm, tuple(picks.values()))
+        result.picks = picks
         result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec)}
         results.append(result)
         rows.append(ratio_row(result, plans, args.codec))

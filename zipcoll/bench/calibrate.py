@@ -17,6 +17,9 @@ others work too (on a shared machine that is less than one core's worth):
 - each codec's encode, decode and decode_add at two sizes (overhead + throughput),
   with ``zipcoll-bench codecs``' measurement, every rank at once; the per-call overhead
   is at least what a codec call costs inside a schedule (ring + int8 against ring, 1 KiB).
+- with ``--plans [CODEC ...]``: every plan ``auto`` may pick (lossless, and those carrying
+  each CODEC), whole calls at every size of ``--plan-sizes``, timed as ``zipcoll-bench
+  autocheck`` times them; ``auto`` then ranks those plans by what they took on this layout.
 Each time is the slowest rank's median over the iterations. Rank 0 writes the JSON.
 """
 from __future__ import annotations
@@ -30,16 +33,18 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll.bench import autocheck
 from zipcoll.bench.codec_bench import measure, timed
-from zipcoll.bench.timing import time_per_call
+from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
 from zipcoll.topologies import Topology
 from zipcoll.topologies.cost import (DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile,
-                                     Rate, Shape)
+                                     Rate, Shape, candidate_plans)
 from zipcoll.transport import Transport
 
 STEP_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 NATIVE_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 CODEC_SIZES = (1 << 12, 1 << 24)  # per-call overhead from the small, throughput out of cache
+PLAN_SIZES = [1 << k for k in range(3, 27)]  # 8 B to 64 MiB
 CODECS = ["none", "fp16", "bf16", "int8", "int4", "int2", "qsgd", "terngrad", "sign",
           "topk:ratio=0.01", "randomk:ratio=0.01", "threshold:tau=2.5"]
 
@@ -223,8 +228,24 @@ def with_call_floor(speed: CodecSpeed, overhead: float) -> CodecSpeed:
                         for r in (speed.encode, speed.decode, speed.decode_add)))
 
 
+def measure_plans(comm: MPI.Intracomm, codecs: list[str], sizes: list[int], say) -> dict:
+    """{plan: [[bytes, seconds], ...]} of every candidate plan (lossless, and each codec's)."""
+    topology = Topology.from_comm(comm)
+    plans = {str(p): p for codec in [None, *codecs] for p in candidate_plans(topology, codec)}
+    autocheck.warm_up(list(plans.values()), comm)
+    table: dict[str, list] = {name: [] for name in plans}
+    for nbytes in sizes:
+        result = autocheck.measure_size(nbytes, list(plans.values()), [], 3, comm)
+        for name in plans:
+            table[name].append((nbytes, result.seconds.get(name, result.screened[name])))
+        best = min(table, key=lambda name: table[name][-1][1])
+        say(f"plans at {nbytes} B: fastest {best} {table[best][-1][1] * 1e3:.3f} ms")
+    return table
+
+
 def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = None,
-              log=None) -> tuple[Profile, dict]:
+              log=None, plan_codecs: list[str] | None = None,
+              plan_sizes: list[int] | None = None) -> tuple[Profile, dict]:
     """Measure a Profile on ``comm`` (collective); every rank returns the same one.
 
     Also returns the ring-step times the links were fitted to ({"intra": [[bytes, s]...]}).
@@ -261,8 +282,11 @@ def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = No
     source = (f"zipcoll-bench calibrate on {comm.size} ranks, {layout}, "
               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
     defaults = {k: with_call_floor(v, in_place) for k, v in DEFAULT_CODECS.items()}
+    plans = {}
+    if plan_codecs is not None:
+        plans[layout] = measure_plans(comm, plan_codecs, plan_sizes or PLAN_SIZES, say)
     profile = Profile(intra, inter, reduce, step, call, {**defaults, **speeds},
-                      {layout: tuple(native)}, source)
+                      {layout: tuple(native)}, source, plans)
     return Profile.from_dict(comm.bcast(profile.to_dict(), root=0)), points
 
 
@@ -271,6 +295,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="zipcoll-profile.json", help="JSON profile to write")
     p.add_argument("--quick", action="store_true", help="fewer sizes and iterations")
     p.add_argument("--codec", action="append", help="codecs to time (default: all), repeatable")
+    p.add_argument("--plans", nargs="*", metavar="CODEC",
+                   help="also time every plan auto may pick: lossless, and those carrying "
+                        "each CODEC given (e.g. --plans int8)")
+    p.add_argument("--plan-sizes", default="8:64M", help="[MIN:]MAX bytes for --plans, doubling")
     return p
 
 
@@ -278,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     """Calibrate on MPI.COMM_WORLD and write the profile (rank 0)."""
     args = parser().parse_args(argv)
     comm = MPI.COMM_WORLD
-    profile, points = calibrate(comm, args.quick, args.codec, log=True)
+    sizes = message_sizes(*parse_range(args.plan_sizes, default_min=8))
+    profile, points = calibrate(comm, args.quick, args.codec, log=True, plan_codecs=args.plans,
+                                plan_sizes=sizes)
     if comm.rank == 0:
         with open(args.output, "w") as f:  # the profile, and the ring steps behind its links
             json.dump({**profile.to_dict(), "ring_steps": points}, f, indent=1, sort_keys=True)

@@ -155,6 +155,11 @@ class Profile:
     ``native``: measured times of the MPI library's own Allreduce on the calibrated job,
     ``{"NxL": [[bytes, seconds], ...]}`` (N nodes of L ranks); used for that layout only,
     other layouts get the modelled native time.
+    ``plans``: measured times of whole zipcoll calls (``zipcoll-bench calibrate --plans``),
+    ``{"NxL": {"plan": [[bytes, seconds], ...]}}`` keyed by ``str(PlanShape)``; on that
+    layout they replace the formulas for the plans measured: what the job did beats
+    what a model of it says (how TCP shares a link, how oversubscribed ranks are
+    scheduled). The formulas still price the plans and layouts not measured.
     """
 
     intra: Link
@@ -165,6 +170,7 @@ class Profile:
     codecs: Mapping[str, CodecSpeed] = field(default_factory=dict)
     native: Mapping[str, tuple] = field(default_factory=dict)
     source: str = ""
+    plans: Mapping[str, Mapping[str, tuple]] = field(default_factory=dict)
 
     def codec_speed(self, codec: Codec) -> CodecSpeed:
         """The speed of ``codec``: measured for its id, else the default table, else int8's."""
@@ -176,6 +182,8 @@ class Profile:
         """A JSON-serialisable dict (``from_dict`` inverts it)."""
         out = asdict(self)
         out["native"] = {k: [list(p) for p in v] for k, v in self.native.items()}
+        out["plans"] = {k: {plan: [list(p) for p in v] for plan, v in table.items()}
+                        for k, table in self.plans.items()}
         return out
 
     @classmethod
@@ -183,17 +191,22 @@ class Profile:
         """The profile of ``to_dict``'s output (or a JSON file's contents)."""
         codecs = {k: CodecSpeed(**{part: Rate(**r) for part, r in v.items()})
                   for k, v in data.get("codecs", {}).items()}
-        native = {k: tuple((int(b), float(s)) for b, s in v)
-                  for k, v in data.get("native", {}).items()}
+        native = {k: _points(v) for k, v in data.get("native", {}).items()}
+        plans = {k: {plan: _points(v) for plan, v in table.items()}
+                 for k, table in data.get("plans", {}).items()}
         return cls(Link(**data["intra"]), Link(**data["inter"]), Rate(**data["reduce"]),
                    float(data["step_overhead"]), float(data["call_overhead"]), codecs, native,
-                   str(data.get("source", "")))
+                   str(data.get("source", "")), plans)
 
     def save(self, path: str) -> None:
         """Write the profile as JSON."""
         with open(path, "w") as f:
             json.dump(self.to_dict(), f, indent=1, sort_keys=True)
             f.write("\n")
+
+
+def _points(pairs: Iterable) -> tuple:
+    return tuple((int(b), float(s)) for b, s in pairs)
 
 
 def _base_id(codec: Codec) -> str:
@@ -694,12 +707,16 @@ def predict(plan: PlanShape, nbytes: int, topology: Any, profile: Profile | None
     """Predicted seconds of one all-reduce of ``nbytes`` with ``plan`` on ``topology``.
 
     Non-native plans include zipcoll's call overhead and its agreement check (one small
-    native Allreduce).
+    native Allreduce). A plan the profile measured on this layout (``Profile.plans``,
+    float32 SUM) is priced by its measured times, by bytes, whatever the dtype.
     """
     profile = profile or DEFAULT_PROFILE
     shape = Shape.of(topology)
     dtype = np.dtype(dtype).name
     n = float(nbytes)
+    measured = profile.plans.get(shape.label, {}).get(str(plan))
+    if measured:
+        return _interpolate(measured, n)
     if plan.algorithm == "native":
         return native(n, shape, profile)
     if shape.size == 1:
