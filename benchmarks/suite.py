@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zipcoll.bench.timing import parse_size
+from zipcoll.codecs import get_codec
+from zipcoll.collectives.select import default_inner
+from zipcoll.topologies import Topology
+from zipcoll.topologies.cost import CodecSpeed, PlanShape, Rate, bounds, two_level_names
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "benchmarks" / "cluster" / "cluster.sh"
@@ -44,6 +48,8 @@ DEFAULT_COMBOS = ("ring", "rabenseifner", "hierarchical",
 QUICK_COMBOS = ("ring", "hierarchical+int8", "allgather+topk:ratio=0.01")
 SUMMARY_SIZES = (4 << 20, 16 << 20, 64 << 20)
 MiB = 1 << 20
+BOUND_SIZE = "64M"        # codec speeds for the bound column are taken at this size
+FRAME_PAYLOAD = 1448 / 1514  # TCP payload of a full Ethernet frame: what a shaped link carries
 
 
 # -- what to run -------------------------------------------------------------------
@@ -365,6 +371,8 @@ class Suite:
                 status = "ok" if rc == 0 else ("FAIL" if rc == 1 and json_path.exists() else f"rc={rc}")
                 ok &= rc == 0
                 self.progress(target, combo, segment, seconds, status)
+            target.record["codec_speeds"] = self.codec_speeds(target, log, commands)
+            add_bounds(target.record)
         finally:
             if target.layout.nodes > 1:
                 down = [relative(CLUSTER), "down"]
@@ -381,6 +389,24 @@ class Suite:
         if not a.no_plot:
             plot(target.out / "suite.json", target.out)
         return ok
+
+    def codec_speeds(self, target: Target, log, commands: list[str]) -> dict:
+        """Each combo's codec timed now, on this machine, by one process on all its cores:
+        the speeds the bound column prices codec work at ({spec: GB/s of encode, ...})."""
+        specs = sorted({c.codec for c, _ in target.runs if c.codec})
+        if not specs:
+            return {}
+        argv = [sys.executable, "-m", "zipcoll.bench", "codecs", "-m", f"{BOUND_SIZE}:{BOUND_SIZE}",
+                "-i", "3", "--json"] + [x for spec in specs for x in ("--codec", spec)]
+        commands.append(shlex.join(["python"] + argv[1:]))
+        log.write(f"### {shlex.join(argv)}\n")
+        log.flush()
+        done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True)
+        log.write(done.stdout + done.stderr)
+        if done.returncode:
+            return {}
+        return {row["spec"]: {part: row[f"{part}_GBps"] for part in ("encode", "decode", "decode_add")}
+                for row in json.loads(done.stdout)["rows"]}
 
     def shell(self, argv: list[str], log, check: bool = True) -> None:
         log.write(f"### {shlex.join(argv)}\n")
@@ -493,6 +519,56 @@ def cluster_state(prefix: str) -> dict:
         return {}
 
 
+def combo_plan(combo: dict) -> PlanShape:
+    """The plan a combo runs: two-level ones with their default inner schedule."""
+    algorithm, _, inner = combo["algorithm"].partition(":")
+    if algorithm in two_level_names() and not inner:
+        inner = default_inner(get_codec(combo["codec"]) if combo["codec"] else None)
+    return PlanShape(algorithm, inner or None, None, combo["codec"])
+
+
+def add_bounds(record: dict) -> None:
+    """Per row from 1 MiB: the time the plan's bytes need on the link (wire_ms), its codec
+    work at the speeds measured in this run on all the machine's cores (codec_ms: every
+    rank's, as the emulated nodes share them), and the measured time over the larger."""
+    bps = rate_bps(record["rate"] or "") or 0.0
+    topology = Topology.from_layout(record["ranks"], 0, ranks_per_node=record["ranks_per_node"])
+    speeds = {spec.partition(":")[0]: CodecSpeed(*(Rate(gbs[part] * 1e9) for part in
+                                                   ("encode", "decode", "decode_add")))
+              for spec, gbs in record.get("codec_speeds", {}).items()}
+    for combo in record["combos"]:
+        plan = combo_plan(combo)
+        if plan.inter_codec and plan.inter_codec.partition(":")[0] not in speeds:
+            continue  # its codec was not timed: no bound
+        for row in combo["rows"]:
+            if row["size"] < MiB or (not bps and not plan.inter_codec):
+                continue
+            wire, codec = bounds(plan, row["size"], topology, bps / 8 * FRAME_PAYLOAD,
+                                 speeds, record["ranks"])
+            row["wire_ms"], row["codec_ms"] = wire * 1e3, codec * 1e3
+            row["vs_bound"] = row["avg_us"] / 1e3 / max(wire * 1e3, codec * 1e3)
+
+
+def bound_text(record: dict, sizes: list[int]) -> list[str]:
+    """Markdown: each combo's time over its bound (larger of wire and codec) at `sizes`."""
+    combos = [c for c in record["combos"] if any("vs_bound" in r for r in c["rows"])]
+    if not combos:
+        return []
+    lines = ["", "Against the bound: measured time / max(wire, codec) (1.0 = at the bound); "
+             "wire = the plan's bytes on the link alone, codec = its codec work at the speeds "
+             "`zipcoll-bench codecs` measured at the end of this run, for all ranks on the "
+             f"machine's cores; at {size_text(sizes[-1])}: wire ms / codec ms.", "",
+             "| combo | " + " | ".join(size_text(s) for s in sizes) + " | wire / codec ms |",
+             "|---|" + "---|" * (len(sizes) + 1)]
+    for c in combos:
+        cells = [f"{r['vs_bound']:.2f}" if (r := row_at(c, s)) and "vs_bound" in r else "-"
+                 for s in sizes]
+        last = row_at(c, sizes[-1]) or {}
+        split = (f"{last['wire_ms']:.0f} / {last['codec_ms']:.0f}" if "wire_ms" in last else "-")
+        lines.append(f"| {c['combo']} | " + " | ".join(cells) + f" | {split} |")
+    return lines
+
+
 def row_at(entry: dict, size: int) -> dict | None:
     return next((r for r in entry["rows"] if r["size"] == size), None)
 
@@ -528,6 +604,7 @@ def summary_text(record: dict) -> str:
             check += f" (no result: {', '.join(failed)})"
         error = f"{max(errors):.1e}" if errors else "-"
         lines.append(f"| {c['combo']} | " + " | ".join(cells) + f" | {ratio} | {error} | {check} |")
+    lines += bound_text(record, sizes)
     missing = [c["combo"] for c in record["combos"] if not c["rows"]]
     if missing:
         lines += ["", "No rows at all: " + ", ".join(missing) + " (see runs.log)."]

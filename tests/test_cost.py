@@ -325,3 +325,21 @@ def test_measured_plans_price_their_layout_only():
     assert cost.predict(PlanShape("tree"), 1 << 10, topo, profile) == \
         cost.predict(PlanShape("tree"), 1 << 10, topo, DEFAULT_PROFILE)
     assert cost.Profile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
+
+
+def test_bounds_wire_is_the_plans_bytes_on_the_link_and_codec_its_work():
+    two_nodes = Topology(2, 0, (0, 1))
+    link = 1e9 / 8  # 1 Gbit/s in bytes a second
+    speed = CodecSpeed(Rate(1e9), Rate(2e9), Rate(2e9))
+    n = 64 << 20
+    wire, codec = cost.bounds(PlanShape("ring"), n, two_nodes, link, {})
+    assert (wire, codec) == (pytest.approx(n / link), 0.0)  # each node sends 2 (p-1)/p of n
+    wire, codec = cost.bounds(PlanShape("ring", None, None, "int8"), n, two_nodes, link,
+                              {"int8": speed}, ranks_per_machine=2)
+    assert wire == pytest.approx(get_codec("int8").wire_bytes(n // 4) / link, rel=0.01)
+    # per rank (ring's docstring, p = 2): encode + decode_add a half (reduce-scatter), encode
+    # the owned half, decode both halves of the result (allgather)
+    half = n / 2
+    per_rank = half / 1e9 + half / 2e9 + half / 1e9 + 2 * half / 2e9
+    assert codec == pytest.approx(2 * per_rank)
+    assert cost.bounds(PlanShape("ring"), n, Topology(2, 0, (0, 0)), link, {}) == (0.0, 0.0)

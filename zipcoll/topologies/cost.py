@@ -735,6 +735,32 @@ def _codec(spec: str | None) -> Codec | None:
     return None if spec is None else get_codec(spec)
 
 
+# ------------------------------------------------------------------------- bounds
+
+FREE = Rate(float("inf"))
+
+
+def bounds(plan: PlanShape, nbytes: int, topology: Any, link_bytes_per_s: float,
+           codec_speeds: Mapping[str, CodecSpeed], ranks_per_machine: int = 1,
+           dtype: str = "float32") -> tuple[float, float]:
+    """(wire, codec): lower bounds on a call's time from the plan's formula, each alone.
+
+    wire: the plan's messages on the inter-node links at ``link_bytes_per_s`` (no latency,
+    nothing else costs); 0 on one node. codec: its encode and decode work at
+    ``codec_speeds`` (by codec id, no per-call cost, links free), times
+    ``ranks_per_machine`` ranks whose codecs share the cores the speeds were measured on.
+    """
+    zero = Link(0.0, 0.0)
+    fast = {cid: CodecSpeed(FREE, FREE, FREE) for cid in {**DEFAULT_CODECS, **codec_speeds}}
+    wire_only = Profile(zero, Link(0.0, 1.0 / link_bytes_per_s), FREE, 0.0, 0.0, fast,
+                        {}, "wire bound")
+    codec_only = Profile(zero, zero, FREE, 0.0, 0.0, {**fast, **codec_speeds}, {}, "codec bound")
+    lossless = plan.intra_codec is None and plan.inter_codec is None
+    wire = predict(plan, nbytes, topology, wire_only, dtype) if Shape.of(topology).nodes > 1 else 0.0
+    codec = 0.0 if lossless else ranks_per_machine * predict(plan, nbytes, topology, codec_only, dtype)
+    return wire, codec
+
+
 # ------------------------------------------------------------------ which plans exist
 
 def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
