@@ -393,7 +393,7 @@ class Suite:
     def codec_speeds(self, target: Target, log, commands: list[str]) -> dict:
         """Each combo's codec timed now, on this machine, by one process on all its cores:
         the speeds the bound column prices codec work at ({spec: GB/s of encode, ...})."""
-        specs = sorted({c.codec for c, _ in target.runs if c.codec})
+        specs = sorted({base_spec(c.codec) for c, _ in target.runs if c.codec})
         if not specs:
             return {}
         argv = [sys.executable, "-m", "zipcoll.bench", "codecs", "-m", f"{BOUND_SIZE}:{BOUND_SIZE}",
@@ -527,6 +527,12 @@ def combo_plan(combo: dict) -> PlanShape:
     return PlanShape(algorithm, inner or None, None, combo["codec"])
 
 
+def base_spec(spec: str) -> str:
+    """The codec that does the work: error feedback's inner one (its residual pass is
+    not in the bound)."""
+    return spec.partition(":")[2] if spec.startswith("feedback:") else spec
+
+
 def add_bounds(record: dict) -> None:
     """Per row from 1 MiB: the time the plan's bytes need on the link (wire_ms), its codec
     work at the speeds measured in this run on all the machine's cores (codec_ms: every
@@ -538,7 +544,7 @@ def add_bounds(record: dict) -> None:
               for spec, gbs in record.get("codec_speeds", {}).items()}
     for combo in record["combos"]:
         plan = combo_plan(combo)
-        if plan.inter_codec and plan.inter_codec.partition(":")[0] not in speeds:
+        if plan.inter_codec and base_spec(plan.inter_codec).partition(":")[0] not in speeds:
             continue  # its codec was not timed: no bound
         for row in combo["rows"]:
             if row["size"] < MiB or (not bps and not plan.inter_codec):
