@@ -343,3 +343,9 @@ def test_bounds_wire_is_the_plans_bytes_on_the_link_and_codec_its_work():
     per_rank = half / 1e9 + half / 2e9 + half / 1e9 + 2 * half / 2e9
     assert codec == pytest.approx(2 * per_rank)
     assert cost.bounds(PlanShape("ring"), n, Topology(2, 0, (0, 0)), link, {}) == (0.0, 0.0)
+
+
+def test_calibrated_plan_times_never_fall_with_size():
+    from zipcoll.bench.calibrate import rising
+    assert rising([(8, 3.0), (16, 1.0), (32, 2.0), (64, 1.5), (128, 4.0)]) == \
+        [(8, 1.0), (16, 1.0), (32, 1.5), (64, 1.5), (128, 4.0)]

@@ -240,7 +240,20 @@ def measure_plans(comm: MPI.Intracomm, codecs: list[str], sizes: list[int], say)
             table[name].append((nbytes, result.seconds.get(name, result.screened[name])))
         best = min(table, key=lambda name: table[name][-1][1])
         say(f"plans at {nbytes} B: fastest {best} {table[best][-1][1] * 1e3:.3f} ms")
-    return table
+    return {name: rising(points) for name, points in table.items()}
+
+
+def rising(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Times made non-decreasing in size: each the least measured at its size or above.
+
+    A larger message never takes less time; a point above a later one was a neighbour's
+    job or the scheduler (noise only ever adds time), so the later one bounds it.
+    """
+    out, least = [], float("inf")
+    for nbytes, seconds in sorted(points, reverse=True):
+        least = min(least, seconds)
+        out.append((nbytes, least))
+    return out[::-1]
 
 
 def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = None,
