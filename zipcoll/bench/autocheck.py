@@ -192,9 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     topology = Topology.from_comm(comm)
     plans, autos = plans_to_time(topology, args.codec)
     root = comm.Get_rank() == 0
+    source = shared_profile(comm).profile.source  # collective: every rank
     if root:
         print(f"# zipcoll-bench autocheck: {comm.Get_size()} ranks, {topology.num_nodes} node(s), "
-              f"{len(plans)} plans, profile: {shared_profile(comm).profile.source}", flush=True)
+              f"{len(plans)} plans, profile: {source}", flush=True)
     warm_up(plans + autos, comm)
     results, rows = [], []
     for nbytes in message_sizes(*parse_range(args.message_size, default_min=8)):
@@ -212,6 +213,6 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump({"argv": sys.argv, "ranks": comm.Get_size(),
                            "nodes": topology.num_nodes, "codec": args.codec,
-                           "profile": shared_profile(comm).profile.source,
+                           "profile": source,
                            "sizes": [asdict(r) for r in results]}, f, indent=1)
     return 0
