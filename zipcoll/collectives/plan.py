@@ -229,10 +229,19 @@ def slice_count(nbytes: int, slice_bytes: int | None = None) -> int:
     return max(1, min(-(-nbytes // size), most))
 
 
-def flat_slice_bytes(ranks: int) -> int:
-    """A flat schedule's slice: SLICE_BYTES, or p/8 of it from 8 ranks up (ring and two-phase
-    send 1/p of a slice a message; below SLICE_BYTES / 8 the steps would cost more)."""
-    return max(SLICE_BYTES, ranks * SLICE_BYTES // 8)
+def flat_slice_bytes(ranks: int, ratio: float = 1.0) -> int:
+    """A flat schedule's slice: SLICE_BYTES, or more where each message of a slice would
+    carry under SLICE_BYTES / 8 on the wire (ring and two-phase send 1/p of a slice a
+    message, and a codec `ratio` times fewer bytes). Overlap hides at most a slice's wire
+    time, and every slice costs its steps and its codec calls (top-k's select, thread starts)."""
+    return max(SLICE_BYTES, int(ranks * ratio * SLICE_BYTES) // 8)
+
+
+def _ratio(plan: Plan, nbytes: int) -> float:
+    """How many times fewer bytes the flat codec puts on the wire (1 without one)."""
+    if plan.codec is None or nbytes == 0:
+        return 1.0
+    return nbytes / max(1, plan.codec.wire_bytes(plan.count, plan.recv.dtype.name))
 
 
 def _slicing(plan: Plan) -> Slicing:
@@ -243,12 +252,12 @@ def _slicing(plan: Plan) -> Slicing:
     - MPI's own collective (flat "native"): one call. MPI's collectives match by the order
       they start in, which slices in flight would not keep alike on every rank.
     - two-level: slices of about SLICE_BYTES; one at a time over a native inner level.
-    - flat, across nodes: slices of about `flat_slice_bytes(p)`, from two of them up (a
-      smaller call has too little wire time to hide the steps of a second slice behind).
+    - flat, across nodes: slices of about `flat_slice_bytes(p, codec ratio)`, from two of
+      them up (a smaller call has too little wire time to hide a second slice's steps behind).
     - flat, on one node: one slice. Its "link" is copies the same cores make, in the same
       MPI calls that would have to overlap them: nothing is idle to fill.
 
-    In flight: at most PIPELINE_WINDOW slices and IN_FLIGHT_BYTES of them.
+    In flight: at most PIPELINE_WINDOW slices, and IN_FLIGHT_BYTES of their wire bytes.
     Overrides: ZIPCOLL_SLICE_BYTES, ZIPCOLL_PIPELINE_WINDOW (read at import).
     """
     schedule = plan.schedule
@@ -259,10 +268,13 @@ def _slicing(plan: Plan) -> Slicing:
         slices = slice_count(nbytes)
         if plan.inner.native:
             return Slicing(slices, 1)
+        wire = nbytes // slices
     else:
-        size = flat_slice_bytes(plan.topology.size)
+        ratio = _ratio(plan, nbytes)
+        size = flat_slice_bytes(plan.topology.size, ratio)
         if plan.topology.num_nodes < 2 or nbytes < 2 * size:
             return Slicing()
         slices = slice_count(nbytes, size)
-    in_flight = IN_FLIGHT_BYTES // max(1, nbytes // slices)
+        wire = int(nbytes / ratio / slices)
+    in_flight = IN_FLIGHT_BYTES // max(1, wire)
     return Slicing(slices, max(1, min(PIPELINE_WINDOW, in_flight)))
