@@ -61,6 +61,19 @@ def test_flat_schedules_slice_per_the_rule(comm, nodes, algorithm):
     assert slicing(x, "native", nodes).slices == 1  # MPI's collectives match by start order
 
 
+@pytest.mark.parametrize("spec", ["int8", "sign", "topk:ratio=0.01"])
+def test_compressed_slices_carry_as_many_wire_bytes(comm, nodes, spec):
+    """A codec's slices are its ratio times longer (from 8 ranks, also p/8 times): each
+    message of a slice carries at least SLICE_BYTES / 8 on the wire. At most 128 slices:
+    a call's block of 256 tags, 2 a slice for dbtree."""
+    x = rank_data("float32", 8 * COUNT, comm.rank)
+    ratio = x.nbytes / zipcoll.get_codec(spec).wire_bytes(x.size)
+    size = max(4096, int(comm.size * ratio * 4096) // 8)
+    want = min(-(-x.nbytes // size), 128) if comm.size > 1 and x.nbytes >= 2 * size else 1
+    algorithm = "allgather" if spec.startswith("topk") else "ring"
+    assert slicing(x, algorithm, nodes, spec).slices == want
+
+
 @pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
 @pytest.mark.parametrize("algorithm", FLAT)
 def test_sliced_lossless_equals_mpi(comm, nodes, slices_run, algorithm, blocking):
@@ -120,7 +133,7 @@ def test_sliced_codec_is_the_same_on_every_rank(comm, nodes, slices_run, algorit
     whole = zipcoll.allreduce(x, comm=comm, algorithm=algorithm, codec="int8")
     assert not differing_across_ranks(comm, {"sliced": got, "unsliced": whole})
     if comm.size > 1:
-        assert slices_run == [slicing(x, algorithm, nodes).slices]
+        assert slices_run == [slicing(x, algorithm, nodes, "int8").slices]
         # int8 scales per block of 256, not per slice: errors of the same size
         sliced_error, whole_error = np.abs(got - exact).max(), np.abs(whole - exact).max()
         assert 0 < sliced_error <= 2 * whole_error
