@@ -270,9 +270,11 @@ def _slicing(plan: Plan) -> Slicing:
             return Slicing(slices, 1)
         wire = nbytes // slices
     else:
+        if plan.topology.num_nodes < 2 or nbytes < 2 * SLICE_BYTES:
+            return Slicing()  # the common small call: no codec sizes asked
         ratio = _ratio(plan, nbytes)
         size = flat_slice_bytes(plan.topology.size, ratio)
-        if plan.topology.num_nodes < 2 or nbytes < 2 * size:
+        if nbytes < 2 * size:
             return Slicing()
         slices = slice_count(nbytes, size)
         wire = int(nbytes / ratio / slices)
