@@ -67,3 +67,13 @@ pytest_runtest_teardown = _collective("teardown")
 def comm() -> MPI.Intracomm:
     """MPI.COMM_WORLD."""
     return MPI.COMM_WORLD
+
+
+@pytest.fixture
+def small_slices(monkeypatch) -> int:
+    """Slices of 4 KiB (and every rank its own node, with `sliced_topology`): small test
+    messages then run in several slices, as large ones do on a cluster."""
+    from zipcoll.collectives import plan
+
+    monkeypatch.setattr(plan, "SLICE_BYTES", 4096)
+    return 4096

@@ -46,6 +46,8 @@ from mpi4py import MPI
 
 import zipcoll
 from zipcoll.collectives import SCHEDULES
+from zipcoll.collectives.plan import make_plan
+from zipcoll.collectives.schedule import chunk_bounds
 from zipcoll.collectives.registry import parse
 from arrays import all_rank_data, differing_across_ranks, rank_data, window_max, topology_of
 from zipcoll.codecs import BF16, FP16, BlockQuantizer, Raw, Sign, Threshold, TopK
@@ -154,12 +156,14 @@ def encode_path(comm, algorithm: str, topology, codec, intra) -> list:
     return path + ([intra] if intra is not None and L > 1 else [])
 
 
-def error_bound(comm, algorithm, topology, codec, intra, parts, dtype) -> tuple[np.ndarray, int]:
-    """(elementwise bound on |got - exact|, number of encodes) for this call."""
+def error_bound(comm, algorithm, topology, codec, intra, parts, dtype,
+                slices: int = 1) -> tuple[np.ndarray, int]:
+    """(elementwise bound on |got - exact|, number of encodes) for this call, run in `slices`."""
     stack = np.abs(np.stack(parts).astype(np.float64))
     s = stack.sum(axis=0)
-    if algorithm == "allgather":
-        e = sum(codec_bound(codec, x) for x in parts)
+    if algorithm == "allgather":  # each rank's vector encoded once, a slice at a time
+        e = sum(np.concatenate([codec_bound(codec, x[lo:hi]) for lo, hi in
+                                chunk_bounds(x.size, slices)]) for x in parts)
         n = len(parts)
     else:
         path = encode_path(comm, algorithm, topology, codec, intra)
@@ -171,14 +175,15 @@ def error_bound(comm, algorithm, topology, codec, intra, parts, dtype) -> tuple[
     return (e + (comm.size + n + 2) * eps * (s + e)) * 1.01 + 1e-30, n
 
 
-def check_bound(comm, x_parts, got, algorithm, topology, spec, dtype, mean=False) -> list[str]:
+def check_bound(comm, x_parts, got, algorithm, topology, spec, dtype, mean=False,
+                slices=1) -> list[str]:
     """Problems with `got` against the bound (empty: fine); also error > 0 where lossy."""
     levels = isinstance(spec, dict) and "id" not in spec
     inter = spec.get("inter") if levels else spec
     codec = None if inter is None else zipcoll.get_codec(inter)  # None: a lossless level
     intra = zipcoll.get_codec(spec["intra"]) if levels and spec.get("intra") else None
     exact = np.stack(x_parts).astype(np.float64).sum(axis=0)
-    bound, n = error_bound(comm, algorithm, topology, codec, intra, x_parts, dtype)
+    bound, n = error_bound(comm, algorithm, topology, codec, intra, x_parts, dtype, slices)
     if mean:
         exact, bound = exact / comm.size, bound / comm.size * (1 + 1e-6)
     err = np.abs(np.asarray(got, np.float64) - exact)
@@ -546,3 +551,26 @@ def test_pipelined_slices_stay_in_step(comm, algorithm, spec):
     assert not problems, problems
     if spec is None:
         np.testing.assert_allclose(results["call0"], exact, rtol=1e-5, atol=1e-5)
+
+
+# -- flat schedules in slices ------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm,spec", [
+    (a, s) for a in FLAT for s in ("int8", "sign", "topk:ratio=0.1", "threshold:tau=1.0")
+    if accepted(a, s)])
+def test_sliced_within_bound(comm, monkeypatch, algorithm, spec):
+    """Each rank its own node and small slices: a flat schedule runs in slices, several in
+    flight; each slice encodes on its own, so the bound of the whole call still holds."""
+    from zipcoll.collectives import plan as plans
+
+    monkeypatch.setattr(plans, "SLICE_BYTES", 1024)  # sign: slices of p x 28 x 128 bytes
+    topology = zipcoll.Topology.from_comm(comm, ranks_per_node=1)
+    x = rank_data("float32", 20_011, comm.rank)
+    plan = make_plan(x, None, "sum", algorithm, spec, None, topology)
+    assert plan.slicing.slices > 1 or comm.size == 1
+    got = zipcoll.allreduce(x, algorithm=algorithm, codec=spec, comm=comm, topology=topology)
+    parts = all_rank_data("float32", x.size, comm.size)
+    problems = check_bound(comm, parts, got, algorithm, topology, spec, np.float32,
+                           slices=plan.slicing.slices)
+    problems += [f"{c}: not bit-identical" for c in differing_across_ranks(comm, {"got": got})]
+    assert not problems, "\n".join(problems)

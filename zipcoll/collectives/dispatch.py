@@ -1,7 +1,7 @@
 """A Plan -> the steps that carry it out: encodings per level, slices, staging of GPU data."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,11 +37,41 @@ def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
         steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
                              blocking=blocking)
     elif schedule.two_level:
-        steps = _two_level(t, plan, send, recv, tag, xp, blocking)
+        steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, blocking))
     else:
-        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp)
-        steps = schedule.run(_in_ring_order(t, plan), recv, enc, tag, xp, send=send)
+        steps = _sliced(plan, recv, send, tag, _flat(t, plan, tag, xp))
     return _scaled(steps, recv, t.size) if plan.mean else steps
+
+
+# One slice of a call: (buf, send, first tag, encode-site scope) -> its steps.
+SliceRun = Callable[[Any, Any, int, str], Steps]
+
+
+def _sliced(plan: Plan, recv: Any, send: Any, tag: int, one: SliceRun) -> Steps:
+    """`one` over each slice of `recv` (`plan.slicing`), `plan.slicing.window` in flight.
+
+    Each slice takes its own tags (the schedule's `tags` of them, from `tag` on), so slices
+    in flight never match each other's messages, and its own encode sites ("slice3/..."),
+    so stochastic seeds and error-feedback residuals are per slice. Unsliced: one run.
+    """
+    bounds = chunk_bounds(recv.size, plan.slicing.slices)
+    if len(bounds) == 1:
+        return one(recv, send, tag, "")
+    tags = (plan.inner or plan.schedule).tags
+    runs = (one(recv[lo:hi], None if send is None else send[lo:hi], tag + tags * i,
+                f"slice{i}/") for i, (lo, hi) in enumerate(bounds))
+    return pipelined(runs, plan.slicing.window)
+
+
+def _flat(t: Transport, plan: Plan, tag: int, xp: Any) -> SliceRun:
+    """A flat schedule's run of one slice, over t in ring order."""
+    ordered = _in_ring_order(t, plan)
+
+    def one(buf: Any, send: Any, slice_tag: int, scope: str) -> Steps:
+        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp, scope)
+        return plan.schedule.run(ordered, buf, enc, slice_tag, xp, send=send)
+
+    return one
 
 
 def _in_ring_order(t: Transport, plan: Plan) -> Transport:
@@ -64,29 +94,25 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
     return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
 
 
-def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,
-               blocking: bool) -> Steps:
-    """The two-level schedule over slices of the message, `plan.slicing.window` in flight."""
+def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool) -> SliceRun:
+    """The two-level schedule's run of one slice."""
     levels = Levels(*t.split(_layout(plan), plan.schedule.split(plan.topology)))
     inner = plan.inner
+    extra = {"blocking": blocking} if inner.native else {}
 
-    def one(index: int, lo: int, hi: int) -> Steps:
-        scope = f"slice{index}/"
+    def one(buf: Any, send: Any, slice_tag: int, scope: str) -> Steps:
         # the allgather's seeds are alike on every node: the same bytes decode alike
         intra = (_encoding(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size, xp, scope),
                  _encoding(plan, plan.intra_codec, "intra-ag", levels.intra.rank, tag, t.size,
                            xp, scope))
         inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope)
-        extra = {"blocking": blocking} if inner.native else {}
 
         def across(t2: Transport, shard: Any, tag2: int, xp2: Any) -> Steps:
             return inner.run(t2, shard, inter, tag2, xp2, **extra)
 
-        return two_level(levels, recv[lo:hi], intra, across, tag + inner.tags * index, xp,
-                         None if send is None else send[lo:hi])
+        return two_level(levels, buf, intra, across, slice_tag, xp, send)
 
-    slices = chunk_bounds(recv.size, plan.slicing.slices)
-    return pipelined((one(i, lo, hi) for i, (lo, hi) in enumerate(slices)), plan.slicing.window)
+    return one
 
 
 def _encoding(plan: Plan, codec: Codec | None, level: str, rank: int, call: int, size: int,

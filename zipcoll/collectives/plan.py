@@ -25,7 +25,9 @@ from zipcoll.transport import TAGS_PER_CALL
 
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
-# Two-level schedules run in slices of about this many bytes, at most this many at once.
+# Calls run in slices of about SLICE_BYTES, at most PIPELINE_WINDOW at once (the rule is in
+# `_slicing`). A flat schedule sends 1/p of a slice at a time (ring, two-phase), so its slice
+# grows with p beyond 8 ranks: each message stays at least SLICE_BYTES / 8.
 SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 2 << 20))
 PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 8))
 # Bytes of slices in flight at once: more overflows a slow link's queue, and the
@@ -230,23 +232,62 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
         plan.schedule = SCHEDULES["ring"]
 
 
-def slice_count(nbytes: int) -> int:
-    """Slices of about SLICE_BYTES, as many as the tags of a call's block allow."""
+def slice_count(nbytes: int, slice_bytes: int | None = None) -> int:
+    """Slices of about `slice_bytes` (default SLICE_BYTES), as many as the tags of a call's
+    block allow."""
+    size = SLICE_BYTES if slice_bytes is None else slice_bytes
     most = TAGS_PER_CALL // max(s.tags for s in SCHEDULES.values())
-    return max(1, min(-(-nbytes // SLICE_BYTES), most))
+    return max(1, min(-(-nbytes // size), most))
+
+
+def flat_slice_bytes(ranks: int, ratio: float = 1.0) -> int:
+    """A flat schedule's slice: SLICE_BYTES, or more where each message of a slice would
+    carry under SLICE_BYTES / 8 on the wire (ring and two-phase send 1/p of a slice a
+    message, and a codec `ratio` times fewer bytes). Overlap hides at most a slice's wire
+    time, and every slice costs its steps and its codec calls (top-k's select, thread starts)."""
+    return max(SLICE_BYTES, int(ranks * ratio * SLICE_BYTES) // 8)
+
+
+def _ratio(plan: Plan, nbytes: int) -> float:
+    """How many times fewer bytes the flat codec puts on the wire (1 without one)."""
+    if plan.codec is None or nbytes == 0:
+        return 1.0
+    return nbytes / max(1, plan.codec.wire_bytes(plan.count, plan.recv.dtype.name))
 
 
 def _slicing(plan: Plan) -> Slicing:
-    """Two-level calls run in slices of about SLICE_BYTES, several in flight.
+    """How a call is cut into slices, and how many run at once.
 
-    While one slice waits on the slow link, the next reduces in shared memory or encodes.
-    MPI's own collectives match by the order they start in: one slice at a time for them.
+    While one slice waits on a link, the next encodes, reduces or uses the other link.
+
+    - MPI's own collective (flat "native"): one call. MPI's collectives match by the order
+      they start in, which slices in flight would not keep alike on every rank.
+    - two-level: slices of about SLICE_BYTES; one at a time over a native inner level.
+    - flat, across nodes: slices of about `flat_slice_bytes(p, codec ratio)`, from two of
+      them up (a smaller call has too little wire time to hide a second slice's steps behind).
+    - flat, on one node: one slice. Its "link" is copies the same cores make, in the same
+      MPI calls that would have to overlap them: nothing is idle to fill.
+
+    In flight: at most PIPELINE_WINDOW slices, and IN_FLIGHT_BYTES of their wire bytes.
+    Overrides: ZIPCOLL_SLICE_BYTES, ZIPCOLL_PIPELINE_WINDOW (read at import).
     """
-    if not plan.schedule.two_level:
-        return Slicing()
+    schedule = plan.schedule
     nbytes = plan.count * plan.recv.dtype.itemsize
-    slices = slice_count(nbytes)
-    if plan.inner.native:
-        return Slicing(slices, 1)
-    in_flight = IN_FLIGHT_BYTES // max(1, nbytes // slices)
+    if schedule.native:
+        return Slicing()
+    if schedule.two_level:
+        slices = slice_count(nbytes)
+        if plan.inner.native:
+            return Slicing(slices, 1)
+        wire = nbytes // slices
+    else:
+        if plan.topology.num_nodes < 2 or nbytes < 2 * SLICE_BYTES:
+            return Slicing()  # the common small call: no codec sizes asked
+        ratio = _ratio(plan, nbytes)
+        size = flat_slice_bytes(plan.topology.size, ratio)
+        if nbytes < 2 * size:
+            return Slicing()
+        slices = slice_count(nbytes, size)
+        wire = int(nbytes / ratio / slices)
+    in_flight = IN_FLIGHT_BYTES // max(1, wire)
     return Slicing(slices, max(1, min(PIPELINE_WINDOW, in_flight)))
