@@ -1,14 +1,17 @@
 """A Plan -> the steps that carry it out: encodings per level, slices, staging of GPU data."""
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
 import numpy as np
 
-from zipcoll import buffers
-from zipcoll.buffers import CUDA, HOST, Buffer
+from zipcoll import buffers, devices
+from zipcoll.buffers import HOST, Buffer
+from zipcoll.collectives import staging
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.plan import Plan
+from zipcoll.collectives.plan import _slicing as slicing_of
 from zipcoll.collectives.schedule import Steps, chunk_bounds, pipelined
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels, two_level
@@ -21,25 +24,37 @@ def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
     if MPI cannot read it. `blocking`: MPI's own collectives may block (nothing else is in
     flight on the communicator)."""
     send = plan.send.array if plan.send is not None else None
-    if plan.recv.device != CUDA or buffers.handed_to_mpi(plan.recv):
-        return _steps_on(t, plan, send, plan.recv.array, np, tag, blocking)
-    buffers.synchronize(plan.recv)
-    if cuda_aware():
-        return _steps_on(t, plan, send, plan.recv.array, buffers.cupy(), tag, blocking)
-    return _staged(t, plan, tag, blocking)
+    recv = plan.recv
+    if recv.device == HOST:
+        return _steps_on(t, plan, send, recv.array, np, tag, blocking)
+    buffers.synchronize(recv)
+    if not devices.needs_staging(recv, cuda_aware()):
+        device = devices.device_of(recv)  # MPI reads the device memory itself
+        return _steps_on(t, plan, send, recv.array, device.xp or np, tag, blocking)
+    device = devices.device_of(recv)
+    if plan.codec is None and plan.intra_codec is None:
+        return _staged(t, plan, device, tag, blocking)
+    # the codec encodes on the device; only packed bytes cross to the host
+    return _steps_on(t, plan, send, recv.array, devices.PINNED, tag, blocking,
+                     stage=lambda enc: staging.Staged(enc, device, t))
+
+
+Stage = Callable[[Encoding], Encoding] | None
 
 
 def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
-              blocking: bool) -> Steps:
+              blocking: bool, stage: Stage = None) -> Steps:
+    """The schedule's steps on `recv` (and `send`), scratch from `xp`; `stage` wraps each
+    encoding (device data staged through host memory)."""
     recv = recv[: plan.count]
     schedule = plan.schedule
     if schedule.native:
         steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
                              blocking=blocking)
     elif schedule.two_level:
-        steps = _two_level(t, plan, send, recv, tag, xp, blocking)
+        steps = _two_level(t, plan, send, recv, tag, xp, blocking, stage)
     else:
-        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp)
+        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp, stage=stage)
         steps = schedule.run(_in_ring_order(t, plan), recv, enc, tag, xp, send=send)
     return _scaled(steps, recv, t.size) if plan.mean else steps
 
@@ -65,7 +80,7 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
 
 
 def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,
-               blocking: bool) -> Steps:
+               blocking: bool, stage: Stage = None) -> Steps:
     """The two-level schedule over slices of the message, `plan.slicing.window` in flight."""
     levels = Levels(*t.split(_layout(plan), plan.schedule.split(plan.topology)))
     inner = plan.inner
@@ -73,10 +88,11 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
     def one(index: int, lo: int, hi: int) -> Steps:
         scope = f"slice{index}/"
         # the allgather's seeds are alike on every node: the same bytes decode alike
-        intra = (_encoding(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size, xp, scope),
+        intra = (_encoding(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size, xp, scope,
+                           stage),
                  _encoding(plan, plan.intra_codec, "intra-ag", levels.intra.rank, tag, t.size,
-                           xp, scope))
-        inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope)
+                           xp, scope, stage))
+        inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope, stage)
         extra = {"blocking": blocking} if inner.native else {}
 
         def across(t2: Transport, shard: Any, tag2: int, xp2: Any) -> Steps:
@@ -90,15 +106,17 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
 
 
 def _encoding(plan: Plan, codec: Codec | None, level: str, rank: int, call: int, size: int,
-              xp: Any, scope: str = "") -> Encoding:
+              xp: Any, scope: str = "", stage: Stage = None) -> Encoding:
     """Lossless(op) without a codec; else the codec at one level of one call, error
-    feedback under (key, level), its encode sites under `scope`."""
+    feedback under (key, level), its encode sites under `scope`; wrapped by `stage`."""
     if codec is None:
-        return Lossless(plan.op, plan.recv.dtype, xp)
-    key = None if plan.key is None else (plan.key, level)
-    context = (plan.name, plan.count, plan.recv.dtype.str, size, level)
-    encoder = Encoder(codec, rank=rank, call=call, key=key, context=context, prefix=scope)
-    return Compressed(encoder, plan.recv.dtype)
+        enc = Lossless(plan.op, plan.recv.dtype, xp)
+    else:
+        key = None if plan.key is None else (plan.key, level)
+        context = (plan.name, plan.count, plan.recv.dtype.str, size, level)
+        encoder = Encoder(codec, rank=rank, call=call, key=key, context=context, prefix=scope)
+        enc = Compressed(encoder, plan.recv.dtype)
+    return enc if stage is None else stage(enc)
 
 
 def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
@@ -107,12 +125,18 @@ def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
     arr /= size
 
 
-def _staged(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
-    """Device data through host memory, for an MPI that cannot read GPU memory."""
-    device = plan.recv.array[: plan.count] if plan.send is None else plan.send.array
-    host = buffers.cupy().asnumpy(device)
-    host_plan = Plan(None, Buffer(host, HOST, host, host.shape), host, plan.op, plan.schedule,
-                     plan.inner, plan.codec, plan.intra_codec, plan.slicing, plan.key, plan.mean,
-                     plan.topology)
-    yield from _steps_on(t, host_plan, None, host, np, tag, blocking)
-    plan.recv.array[: plan.count].set(host)
+def _staged(t: Transport, plan: Plan, device: devices.Device, tag: int,
+            blocking: bool) -> Steps:
+    """Lossless device data through pinned host memory, in chunks (`staging.through_pinned`),
+    each chunk all-reduced on the host by the plan's own schedule."""
+    count = plan.count
+    target = device.view(plan.recv.array[:count])
+    source = target if plan.send is None else device.view(plan.send.array)
+
+    def reduce_chunk(host: np.ndarray) -> Steps:
+        chunk = dataclasses.replace(plan, send=None, recv=Buffer(host, HOST, host, host.shape),
+                                    recvbuf=host)
+        chunk.slicing = slicing_of(chunk)  # two-level slices sized to the chunk
+        return _steps_on(t, chunk, None, host, np, tag, blocking)
+
+    return staging.through_pinned(t, source, target, reduce_chunk)
