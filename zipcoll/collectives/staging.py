@@ -88,9 +88,17 @@ def through_pinned(t: Transport, source: Any, target: Any,
                    reduce_chunk: Callable[[np.ndarray], Steps]) -> Steps:
     """All-reduce device data chunk by chunk on the host: `source` and `target` are Numba
     device arrays (the same one in place); `reduce_chunk(host)` all-reduces one pinned
-    host chunk in place, on every rank alike (the same chunks everywhere)."""
+    host chunk in place, on every rank alike (the same chunks everywhere).
+
+    The settings are read now, so that a bad one raises from the call, not from a step.
+    """
     bounds = staging_chunks(source.size, source.dtype.itemsize)
-    depth = min(in_flight(), len(bounds))
+    return _pipeline(t, source, target, reduce_chunk, bounds, min(in_flight(), len(bounds)))
+
+
+def _pipeline(t: Transport, source: Any, target: Any, reduce_chunk: Callable[[np.ndarray], Steps],
+              bounds: list[tuple[int, int]], depth: int) -> Steps:
+    """`through_pinned`'s steps: `depth` pinned buffers, chunk i in buffer i % depth."""
     longest = max(hi - lo for lo, hi in bounds)
     space = t.borrow(depth * longest, source.dtype, PINNED)
     boxes = [space.array[i * longest:(i + 1) * longest] for i in range(depth)]
