@@ -292,3 +292,10 @@ def test_a_bad_setting_raises_on_every_rank_and_the_next_call_works(comm, monkey
     monkeypatch.setenv(name, {"ZIPCOLL_CUDA_AWARE": "0"}.get(name, "2"))
     zipcoll.allreduce(MPI.IN_PLACE, buf, comm=comm, algorithm="ring")
     np.testing.assert_array_equal(buf.copy_to_host(), expected(comm, data))
+
+
+def test_host_and_device_buffers_in_one_call(comm):
+    out = cuda.to_device(np.zeros(N))
+    with pytest.raises(TypeError, match="sendbuf is on host but recvbuf is on cudasim"):
+        zipcoll.allreduce(np.ones(N), out, comm=comm, algorithm="ring")
+    assert (out.copy_to_host() == 0).all()

@@ -12,12 +12,15 @@ sum of a message longer than one chunk may differ from the unstaged call in its 
 (each element's p terms are added in an order that depends on where the element falls in
 the schedule's own chunks, as between two schedules), and is identical on every rank.
 
-The chunk rule: chunks of about STAGING_CHUNK_BYTES (ZIPCOLL_STAGING_CHUNK_BYTES, default
-4 MiB: a copy of 0.2-0.4 ms over PCIe, long beside the ~0.05 ms a chunk costs in
-Python, short enough that the copies left exposed at either end are small), as near equal
-as whole elements allow; at most STAGING_IN_FLIGHT (ZIPCOLL_STAGING_IN_FLIGHT, default
-2: one reduced, one copying) pinned chunk buffers. A message of one chunk or less is
-staged whole: one copy each way, no extra call.
+The chunk rule: chunks of at most STAGING_CHUNK_BYTES (ZIPCOLL_STAGING_CHUNK_BYTES),
+as near equal as whole elements allow, through STAGING_IN_FLIGHT pinned buffers
+(ZIPCOLL_STAGING_IN_FLIGHT; 2 is enough for the overlap: one chunk reduced, the next
+copying). A message of one chunk or less is staged whole: one copy each way, no extra
+call. The default of 4 MiB weighs the first copy in and the last copy out, which nothing
+hides (about 0.2-0.4 ms at PCIe's 12-25 GB/s), against what every chunk adds: a
+schedule's start-up in Python and its latency terms. It is a reasoned default, not a
+measured one: benchmarks/gpu_check.sh times chunked ("staged") against whole ("whole")
+staging on a GPU.
 
 Compressed plans (`Staged`): the codec runs on the device, in the plan's own schedule,
 hop by hop; only the packed bytes (payloads, or raw chunks of a lossless level) cross to
@@ -66,7 +69,8 @@ def in_flight() -> int:
     return _setting("ZIPCOLL_STAGING_IN_FLIGHT", STAGING_IN_FLIGHT, 1)
 
 
-def staging_chunks(count: int, itemsize: int, most_bytes: int | None = None) -> list[tuple[int, int]]:
+def staging_chunks(count: int, itemsize: int,
+                   most_bytes: int | None = None) -> list[tuple[int, int]]:
     """The chunks of `count` elements of `itemsize` bytes: near-equal whole-element ranges of
     at most `most_bytes` (default `chunk_bytes()`) each, or one chunk when it all fits.
 
