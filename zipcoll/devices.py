@@ -55,13 +55,29 @@ def _numba_view(array: Any) -> Any:
 def needs_staging(buf: Buffer, mpi_reads_gpu_memory: bool) -> bool:
     """Whether `buf`'s data must go through host memory to reach MPI.
 
-    Not for host buffers, nor where MPI reads GPU memory itself; nor for device memory
-    zipcoll cannot compute on (no CuPy) in a process without a CUDA driver: that memory
-    is host memory posing as a GPU's (mpi4py's tests do so), and MPI reads it as is.
+    Not for host buffers, nor where MPI reads GPU memory itself; nor for a window zipcoll
+    cannot compute on (no CuPy) over memory the CUDA driver does not know (or with no
+    driver at all): that is host memory posing as a GPU's (mpi4py's tests do so), and MPI
+    reads it as is.
     """
     if buf.device == HOST or mpi_reads_gpu_memory:
         return False
-    return not buffers.handed_to_mpi(buf) or cuda_driver_present()
+    if buffers.handed_to_mpi(buf):
+        return cuda_driver_present() and _known_to_the_driver(buf.array.pointer)
+    return True
+
+
+def _known_to_the_driver(pointer: int) -> bool:
+    """Whether the CUDA driver can copy from `pointer` (device, managed or pinned memory)."""
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import CudaAPIError, get_devptr_for_active_ctx
+
+    cuda.current_context()
+    try:
+        get_devptr_for_active_ctx(pointer)
+    except CudaAPIError:  # plain host memory: the driver has no device address for it
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
