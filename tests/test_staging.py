@@ -102,3 +102,23 @@ def test_zipcoll_info_shows_the_answer_and_the_staging_rule(monkeypatch):
     lines = dict(report())
     assert lines["CUDA-aware MPI"] == "False (ZIPCOLL_CUDA_AWARE=0)"
     assert lines["GPU staging"].startswith(f"chunks of up to {4 << 20} bytes, 2 in flight")
+
+
+# -- which buffers are staged -------------------------------------------------------------
+
+def test_host_memory_posing_as_a_gpus_is_never_staged(monkeypatch):
+    """A CAI-only host array without CuPy (mpi4py's fake GPU arrays): no driver here, and
+    on a GPU machine the driver does not know its pointer; MPI reads it as is."""
+    import sys
+
+    import numpy as np
+
+    from arrays import FakeCUDA
+    from zipcoll.buffers import as_array
+    from zipcoll.devices import needs_staging
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    window = as_array(FakeCUDA(np.ones(3)))
+    assert not needs_staging(window, mpi_reads_gpu_memory=False)
+    assert not needs_staging(window, mpi_reads_gpu_memory=True)
+    assert not needs_staging(as_array(np.ones(3)), mpi_reads_gpu_memory=False)
