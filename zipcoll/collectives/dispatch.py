@@ -27,11 +27,10 @@ def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
     recv = plan.recv
     if recv.device == HOST:
         return _steps_on(t, plan, send, recv.array, np, tag, blocking)
-    buffers.synchronize(recv)
-    if not devices.needs_staging(recv, cuda_aware()):
-        device = devices.device_of(recv)  # MPI reads the device memory itself
-        return _steps_on(t, plan, send, recv.array, device.xp or np, tag, blocking)
+    buffers.synchronize(recv)  # the producer's stream: before MPI or a copy reads the memory
     device = devices.device_of(recv)
+    if not devices.needs_staging(recv, cuda_aware()):  # MPI reads the device memory itself
+        return _steps_on(t, plan, send, recv.array, device.xp or np, tag, blocking)
     if plan.codec is None and plan.intra_codec is None:
         return _staged(t, plan, device, tag, blocking)
     # the codec encodes on the device; only packed bytes cross to the host
