@@ -219,6 +219,32 @@ def test_two_levels_with_a_codec_per_level(comm, layout):
     np.testing.assert_array_equal(buf.copy_to_host(), host)
 
 
+@pytest.mark.parametrize("inner", ["native", "rabenseifner", "recdoubling"])
+def test_a_lossless_inter_level_that_mpi_would_read_is_staged_on_the_host(comm, monkeypatch,
+                                                                          inner):
+    """An intra-level codec with an inter level whose schedule carries no codec (MPI's own
+    collective, or a fold that hands back the raw vector): the inter level runs on host
+    copies of the shard, through the chunk pipeline, and the result is the host path's."""
+    topology = topology_of(comm, "2x2nodes")
+    shards = []
+    original = staging.through_pinned
+
+    def through_pinned(t, source, target, reduce_chunk):
+        shards.append(source.size)
+        return original(t, source, target, reduce_chunk)
+
+    monkeypatch.setattr(staging, "through_pinned", through_pinned)
+    algorithm, codec = f"hierarchical:{inner}", {"intra": "fp16"}
+    data = rank_data("float32", N, comm.rank)
+    buf = cuda.to_device(data)
+    zipcoll.allreduce(MPI.IN_PLACE, buf, comm=comm, algorithm=algorithm, codec=codec,
+                      topology=topology)
+    host = zipcoll.allreduce(data, comm=comm, algorithm=algorithm, codec=codec,
+                             topology=topology)
+    np.testing.assert_array_equal(buf.copy_to_host(), host)
+    assert shards, "the inter level was not staged"
+
+
 def test_error_feedback_keeps_residuals_on_the_device_side_alike(comm):
     data = rank_data("float32", N, comm.rank)
     for step in range(2):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,14 +35,11 @@ def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
         return _staged(t, plan, device, tag, blocking)
     # the codec encodes on the device; only packed bytes cross to the host
     return _steps_on(t, plan, send, recv.array, devices.PINNED, tag, blocking,
-                     stage=lambda enc: staging.Staged(enc, device, t))
-
-
-Stage = Callable[[Encoding], Encoding] | None
+                     stage=staging.Stage(device, t))
 
 
 def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
-              blocking: bool, stage: Stage = None) -> Steps:
+              blocking: bool, stage: staging.Stage | None = None) -> Steps:
     """The schedule's steps on `recv` (and `send`), scratch from `xp`; `stage` wraps each
     encoding (device data staged through host memory)."""
     recv = recv[: plan.count]
@@ -79,7 +76,7 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
 
 
 def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any,
-               blocking: bool, stage: Stage = None) -> Steps:
+               blocking: bool, stage: staging.Stage | None = None) -> Steps:
     """The two-level schedule over slices of the message, `plan.slicing.window` in flight."""
     levels = Levels(*t.split(_layout(plan), plan.schedule.split(plan.topology)))
     inner = plan.inner
@@ -95,6 +92,9 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
         extra = {"blocking": blocking} if inner.native else {}
 
         def across(t2: Transport, shard: Any, tag2: int, xp2: Any) -> Steps:
+            if stage is not None and not inner.codecs:  # MPI would read the shard itself
+                return stage.on_host(t2, shard, lambda host: inner.run(
+                    t2, host, Lossless(plan.op, plan.recv.dtype), tag2, np, **extra))
             return inner.run(t2, shard, inter, tag2, xp2, **extra)
 
         return two_level(levels, recv[lo:hi], intra, across, tag + inner.tags * index, xp,
@@ -105,7 +105,7 @@ def _two_level(t: Transport, plan: Plan, send: Any, recv: Any, tag: int, xp: Any
 
 
 def _encoding(plan: Plan, codec: Codec | None, level: str, rank: int, call: int, size: int,
-              xp: Any, scope: str = "", stage: Stage = None) -> Encoding:
+              xp: Any, scope: str = "", stage: staging.Stage | None = None) -> Encoding:
     """Lossless(op) without a codec; else the codec at one level of one call, error
     feedback under (key, level), its encode sites under `scope`; wrapped by `stage`."""
     if codec is None:

@@ -131,6 +131,28 @@ def _pipeline(t: Transport, source: Any, target: Any, reduce_chunk: Callable[[np
         t.give_back(space, PINNED)
 
 
+class Stage:
+    """How a compressed plan's device data reach an MPI that cannot read GPU memory.
+
+    A schedule that may carry a codec passes every byte it sends or receives through its
+    encoding (that is how it carries one), so wrapping the encoding (`Staged`) stages it.
+    A lossless schedule that may not (native, rabenseifner, recdoubling: MPI's own
+    collective, or the raw vector handed back after a fold), used as a two-level plan's
+    inter level, runs on a host copy of its shard instead (`on_host`).
+    """
+
+    def __init__(self, device: Device, t: Transport):
+        self.device, self._t = device, t
+
+    def __call__(self, enc: Encoding) -> "Staged":
+        return Staged(enc, self.device, self._t)
+
+    def on_host(self, t: Transport, arr: Any, run: Callable[[np.ndarray], Steps]) -> Steps:
+        """`run(host)` on host copies of device array `arr` (chunks through pinned memory)."""
+        view = self.device.view(arr)
+        return through_pinned(t, view, view, run)
+
+
 class Staged:
     """An encoding whose chunks live in device memory and whose wire bytes live in pinned
     host memory: what a schedule sends is packed on the device (encoded, or the raw chunk)
