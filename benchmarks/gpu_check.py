@@ -84,9 +84,29 @@ def _device_arrays():
         return cuda.to_device, cuda.synchronize
 
 
+# How device data reaches MPI: ZIPCOLL_CUDA_AWARE and the staging chunk size of each mode.
+# "whole" stages a lossless message in one chunk (one copy each way, no overlap), to set
+# beside "staged" (chunks of the default rule, copies overlapping the all-reduce).
+MODES = {"staged": ("0", None), "whole": ("0", "message"), "direct": ("1", None)}
+
+
+_CHUNK_BYTES = os.environ.get("ZIPCOLL_STAGING_CHUNK_BYTES")  # the caller's, for "staged"
+
+
+def _set_mode(mode: str, size: int) -> None:
+    aware, chunk = MODES[mode]
+    os.environ["ZIPCOLL_CUDA_AWARE"] = aware
+    if chunk is not None:
+        os.environ["ZIPCOLL_STAGING_CHUNK_BYTES"] = str(size)
+    elif _CHUNK_BYTES is None:
+        os.environ.pop("ZIPCOLL_STAGING_CHUNK_BYTES", None)
+    else:
+        os.environ["ZIPCOLL_STAGING_CHUNK_BYTES"] = _CHUNK_BYTES
+
+
 def allreduce(args) -> list[dict]:
-    """zipcoll.allreduce of device arrays: seconds and bus GB/s, staged and (if MPI is
-    CUDA-aware) direct, for each algorithm and codec."""
+    """zipcoll.allreduce of device arrays: seconds and bus GB/s, staged (lossless: in
+    chunks, and whole) and (if MPI is CUDA-aware) direct, for each algorithm and codec."""
     from mpi4py import MPI
 
     import zipcoll
@@ -94,14 +114,16 @@ def allreduce(args) -> list[dict]:
 
     comm = MPI.COMM_WORLD
     make, sync = _device_arrays()
-    modes = ["staged"] + (["direct"] if cuda_aware() else [])
+    modes = ["staged", "whole"] + (["direct"] if cuda_aware() else [])
     rows = []
     for size in args.sizes:
         host = np.random.default_rng(comm.rank).standard_normal(size // 4).astype(np.float32)
         send, recv = make(host), make(np.zeros_like(host))
         for mode in modes:
-            os.environ["ZIPCOLL_CUDA_AWARE"] = "1" if mode == "direct" else "0"
+            _set_mode(mode, size)
             for algorithm, codec in args.cases:
+                if mode == "whole" and codec is not None:
+                    continue  # codecs are staged hop by hop, not in chunks: as "staged"
                 def call():
                     zipcoll.allreduce(send, recv, comm=comm, algorithm=algorithm, codec=codec)
                 comm.Barrier()
@@ -112,6 +134,7 @@ def allreduce(args) -> list[dict]:
                              "seconds": seconds, "bus_GBps": bus})
                 if comm.rank == 0:
                     print(_allreduce_line(rows[-1]), flush=True)
+    _set_mode("staged", 0)
     os.environ.pop("ZIPCOLL_CUDA_AWARE")
     return rows if comm.rank == 0 else []
 

@@ -4,7 +4,8 @@
 #   1. the real-GPU tests (pytest -m gpu) and the device-buffer tests, 4 ranks sharing the GPU;
 #   2. codec encode / decode_add throughput against a device-to-device copy, 64 and 256 MiB;
 #   3. zipcoll.allreduce of CuPy arrays, 4 ranks, with and without codecs, staged through
-#      host memory and (where MPI is CUDA-aware) direct.
+#      pinned host memory (lossless: in chunks, and whole for comparison) and (where MPI is
+#      CUDA-aware) direct.
 # A short table is printed last and written to DIR/table.txt, with each part's JSON and log.
 #
 #   benchmarks/gpu_check.sh [DIR]      DIR: default $OUT, else benchmarks/results/gpu/<date>
@@ -19,6 +20,7 @@ mkdir -p "$DIR"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if [ "${SIMULATE:-0}" = 1 ]; then
     export NUMBA_ENABLE_CUDASIM=1
+    export ZIPCOLL_STAGING_CHUNK_BYTES=16384  # "staged": 4 chunks of 64 KiB
     RANKS=2 CODEC_SIZES=4K ALLREDUCE_SIZES=64K ITERATIONS=1 CODECS="--codec int8 --codec fp16"
 else
     RANKS=4 CODEC_SIZES=64M,256M ALLREDUCE_SIZES=64M ITERATIONS=5 CODECS=""
@@ -33,8 +35,9 @@ run() {  # run SECONDS NAME COMMAND...: a part, its output in DIR/NAME.log
     [ $rc = 0 ] || { echo "== $name failed (exit $rc)"; status=1; }
 }
 if [ "${SIMULATE:-0}" != 1 ]; then
-    run 100 tests mpiexec -n "$RANKS" "$PYTHON" -m pytest --with-mpi -q -p no:cacheprovider \
-        tests/mpi/test_device_buffers.py -m "gpu or not gpu"
+    # tests/mpi turns Numba's CUDA simulator on unless told otherwise: here, the real GPU
+    NUMBA_ENABLE_CUDASIM=0 run 100 tests mpiexec -n "$RANKS" "$PYTHON" -m pytest --with-mpi \
+        -q -p no:cacheprovider tests/mpi/test_device_buffers.py -m "gpu or not gpu"
 fi
 run 100 codecs "$PYTHON" benchmarks/gpu_check.py codecs --sizes "$CODEC_SIZES" \
     -i "$ITERATIONS" $CODECS --json "$DIR/codecs.json"

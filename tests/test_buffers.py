@@ -257,11 +257,12 @@ def test_bfloat16_is_a_type_error(module):
 
 
 def test_simulated_numba_arrays_are_what_numba_cuda_makes():
-    """Under NUMBA_ENABLE_CUDASIM=1, numba.cuda.to_device returns the class the tests use."""
+    """Under NUMBA_ENABLE_CUDASIM=1, numba.cuda.to_device returns the class the tests use,
+    and zipcoll takes it as (simulated) device memory: its NumPy array, written in place."""
     code = ("import numpy as np; from numba import cuda; from zipcoll.buffers import as_array; "
             "d = cuda.to_device(np.arange(5.0)); b = as_array(d, writable=True); "
             "b.array[:] = 7; print(type(d).__name__, b.device, d.copy_to_host().sum())")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
-    assert run.stdout.split() == ["FakeCUDAArray", "host", "35.0"], run.stderr[-2000:]
+    assert run.stdout.split() == ["FakeCUDAArray", "cudasim", "35.0"], run.stderr[-2000:]

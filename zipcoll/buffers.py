@@ -6,7 +6,9 @@
 - objects with `__dlpack__` (torch CPU tensors, JAX CPU arrays, NumPy >= 1.22);
 - objects with `__cuda_array_interface__` (CuPy, Numba device arrays, torch CUDA);
   without CuPy, a `DeviceMemory` window that only the MPI library reads (as mpi4py does);
-- Numba device arrays of the CUDA simulator (`NUMBA_ENABLE_CUDASIM=1`): host memory;
+- Numba device arrays of the CUDA simulator: host memory, that zipcoll treats as a GPU's
+  (device `CUDASIM`) while the simulator is on (`NUMBA_ENABLE_CUDASIM=1`), so the device
+  paths (staging, codecs on the device) run without a GPU;
 - mpi4py buffer specs: `[buf, datatype]`, `[buf, count, datatype]`, `(buf, datatype)`.
 
 It returns a `Buffer`: a contiguous 1-D view (NumPy on the host, CuPy on a GPU), the
@@ -31,6 +33,7 @@ from zipcoll.errors import MissingDependencyError
 
 HOST = "host"
 CUDA = "cuda"
+CUDASIM = "cudasim"  # the CUDA simulator's device memory: NumPy arrays standing for a GPU's
 
 # DLPack device types (dlpack.h): which ones are host memory.
 _DLPACK_HOST_DEVICES = {1, 3}  # kDLCPU, kDLCUDAHost
@@ -93,6 +96,13 @@ class DeviceMemory:
                             max(0, stop - start), not self.flags.writeable, self.owner)
 
 
+def simulator_on() -> bool:
+    """Whether Numba's CUDA simulator stands in for CUDA (NUMBA_ENABLE_CUDASIM=1)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
 def handed_to_mpi(buf: "Buffer") -> bool:
     """Whether `buf` is device memory only the MPI library can reduce (no CuPy)."""
     return isinstance(buf.array, DeviceMemory)
@@ -102,8 +112,8 @@ def handed_to_mpi(buf: "Buffer") -> bool:
 class Buffer:
     """A caller's buffer seen as a contiguous 1-D array, plus where it came from."""
 
-    array: Any  # numpy.ndarray on the host, cupy.ndarray on a GPU
-    device: str  # HOST or CUDA
+    array: Any  # numpy.ndarray on the host (and CUDASIM), cupy.ndarray or DeviceMemory on a GPU
+    device: str  # HOST, CUDA or CUDASIM
     source: Any  # the caller's object, to build a result of the same kind
     shape: tuple
 
@@ -141,8 +151,8 @@ def as_array(obj: Any, *, writable: bool = False) -> Buffer:
         raise TypeError(f"expected a buffer, got {obj!r}")
     if is_buffer_spec(obj):
         buf = _from_spec(obj)
-    elif is_simulated(obj):
-        buf = _flat(obj._ary, obj, HOST)  # the simulator keeps device memory in NumPy
+    elif is_simulated(obj):  # the simulator keeps device memory in NumPy
+        buf = _flat(obj._ary, obj, CUDASIM if simulator_on() else HOST)
     elif hasattr(obj, "__cuda_array_interface__") and not isinstance(obj, np.ndarray):
         buf = _from_cuda(obj)
     else:

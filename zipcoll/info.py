@@ -30,7 +30,8 @@ def report() -> list[tuple[str, str]]:
     from mpi4py import MPI
 
     import zipcoll
-    from zipcoll.transport import cuda_aware
+    from zipcoll.collectives.staging import staging_rule
+    from zipcoll.transport import cuda_awareness
 
     comm = MPI.COMM_WORLD
     topology = zipcoll.Topology.from_comm(comm)
@@ -39,7 +40,8 @@ def report() -> list[tuple[str, str]]:
         ("python", sys.version.split()[0]),
         ("mpi4py", _version("mpi4py")),
         ("MPI library", MPI.Get_library_version().splitlines()[0].strip()),
-        ("CUDA-aware MPI", f"{cuda_aware()} (ZIPCOLL_CUDA_AWARE={os.environ.get('ZIPCOLL_CUDA_AWARE', 'unset')})"),
+        ("CUDA-aware MPI", "{} ({})".format(*cuda_awareness())),
+        ("GPU staging", staging_rule()),
         ("numpy", _version("numpy")),
         ("numba", _version("numba")),
         ("cupy", _version("cupy")),

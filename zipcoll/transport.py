@@ -7,6 +7,7 @@ messages can never match the caller's own.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from typing import Any
 
@@ -255,12 +256,41 @@ def gather_placement(comm: MPI.Comm, extra: Any) -> list[tuple]:
 
 
 def cuda_aware() -> bool:
-    """Whether MPI can read GPU memory: ZIPCOLL_CUDA_AWARE=0/1, else MPIX_Query_cuda_support."""
+    """Whether MPI can read GPU memory (see `cuda_awareness`)."""
+    return cuda_awareness()[0]
+
+
+_CUDA_AWARE_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
+                      "no": False}
+
+
+def cuda_awareness() -> tuple[bool, str]:
+    """Whether MPI can read GPU memory, and who said so.
+
+    ZIPCOLL_CUDA_AWARE=1/0 (true/false, yes/no) decides, read on every call so that a
+    job can switch; else the loaded MPI library's `MPIX_Query_cuda_support()` (Open MPI,
+    MPICH), asked once; a library without it is taken as not CUDA-aware (device data is
+    then staged through host memory, which is always safe).
+    """
     forced = os.environ.get("ZIPCOLL_CUDA_AWARE")
-    if forced is not None:
-        return forced.strip().lower() in ("1", "true", "yes")
+    if forced is not None and forced.strip():
+        value = _CUDA_AWARE_VALUES.get(forced.strip().lower())
+        if value is None:
+            raise ValueError(f"ZIPCOLL_CUDA_AWARE={forced!r}: expected 1 or 0 "
+                             "(true/false, yes/no), or unset to ask the MPI library")
+        return value, f"ZIPCOLL_CUDA_AWARE={forced.strip()}"
+    return _queried_cuda_support()
+
+
+@functools.lru_cache(maxsize=1)
+def _queried_cuda_support() -> tuple[bool, str]:
+    """The MPI library's own answer (it cannot change while the process runs)."""
     query = _mpi_symbol("MPIX_Query_cuda_support")
-    return bool(query and query())
+    if query is None:
+        return False, "the MPI library has no MPIX_Query_cuda_support"
+    query.restype = ctypes.c_int
+    answer = int(query())
+    return bool(answer), f"MPIX_Query_cuda_support() = {answer}"
 
 
 def _mpi_symbol(name: str):

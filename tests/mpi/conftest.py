@@ -1,6 +1,7 @@
 """MPI tests: collective outcomes, and the `comm` fixture.
 
-Run under mpiexec through tests/run.py (`mpiexec -n N python -m pytest --with-mpi tests/mpi`).
+Run under mpiexec through tests/run.py (`mpiexec -n N python -m pytest --with-mpi tests/mpi`),
+with Numba's CUDA simulator on unless NUMBA_ENABLE_CUDASIM is set.
 
 Outcomes are collective: after each phase of each test (setup, call, teardown) the
 ranks exchange whether they failed, and if any did, the test fails on every rank with a
@@ -12,8 +13,15 @@ dumps the stacks and calls os._exit, and mpiexec then aborts the other ranks.
 """
 from __future__ import annotations
 
-import pytest
-from mpi4py import MPI
+import os
+
+# Numba's CUDA simulator stands in for a GPU (chosen before numba.cuda is first imported):
+# simulated device arrays then take zipcoll's device paths (staging, codecs on the
+# device). NUMBA_ENABLE_CUDASIM=0 keeps real CUDA (benchmarks/gpu_check.sh sets it).
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import pytest  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
 _outcomes = None  # a private duplicate of COMM_WORLD: the exchange never matches a test's messages
 

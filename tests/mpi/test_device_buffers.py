@@ -145,6 +145,7 @@ def test_cupy_arrays(comm, monkeypatch, algorithm, codec, cuda_aware):
     if cuda_aware == "1" and not mpi_is_cuda_aware():
         pytest.skip("MPI is not CUDA-aware")
     monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", cuda_aware)
+    monkeypatch.setenv("ZIPCOLL_STAGING_CHUNK_BYTES", "1024")  # staged: 4 chunks of 1000
     data = rank_data("float32", 1000, comm.rank)
     out = zipcoll.allreduce(cupy.asarray(data), comm=comm, algorithm=algorithm, codec=codec)
     assert isinstance(out, cupy.ndarray)
@@ -153,3 +154,23 @@ def test_cupy_arrays(comm, monkeypatch, algorithm, codec, cuda_aware):
         np.testing.assert_allclose(out.get(), want, rtol=1e-5, atol=1e-5)
     else:
         assert np.linalg.norm(out.get() - want) <= 0.1 * np.linalg.norm(want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["native", "ring", "auto"])
+def test_numba_arrays_without_cupy_are_staged_on_a_gpu(comm, monkeypatch, algorithm):
+    """No CuPy, a real GPU, MPI not CUDA-aware: Numba copies the data through pinned
+    memory in chunks, and MPI's own Allreduce reduces each (the plan is native)."""
+    from zipcoll.devices import cuda_driver_present
+
+    if not cuda_driver_present():
+        pytest.skip("needs a CUDA GPU (and NUMBA_ENABLE_CUDASIM unset or 0)")
+    from numba import cuda
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "0")
+    monkeypatch.setenv("ZIPCOLL_STAGING_CHUNK_BYTES", "1024")
+    data = rank_data("int32", 1000, comm.rank)
+    buf = cuda.to_device(data)
+    zipcoll.allreduce(MPI.IN_PLACE, buf, comm=comm, algorithm=algorithm)
+    np.testing.assert_array_equal(buf.copy_to_host(), expected(comm, data))

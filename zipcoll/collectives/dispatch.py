@@ -1,14 +1,17 @@
 """A Plan -> the steps that carry it out: encodings per level, slices, staging of GPU data."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import numpy as np
 
-from zipcoll import buffers
-from zipcoll.buffers import CUDA, HOST, Buffer
+from zipcoll import buffers, devices
+from zipcoll.buffers import HOST, Buffer
+from zipcoll.collectives import staging
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.plan import Plan
+from zipcoll.collectives.plan import _slicing as slicing_of
 from zipcoll.collectives.schedule import Steps, chunk_bounds, pipelined
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels, two_level
@@ -21,25 +24,33 @@ def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
     if MPI cannot read it. `blocking`: MPI's own collectives may block (nothing else is in
     flight on the communicator)."""
     send = plan.send.array if plan.send is not None else None
-    if plan.recv.device != CUDA or buffers.handed_to_mpi(plan.recv):
-        return _steps_on(t, plan, send, plan.recv.array, np, tag, blocking)
-    buffers.synchronize(plan.recv)
-    if cuda_aware():
-        return _steps_on(t, plan, send, plan.recv.array, buffers.cupy(), tag, blocking)
-    return _staged(t, plan, tag, blocking)
+    recv = plan.recv
+    if recv.device == HOST:
+        return _steps_on(t, plan, send, recv.array, np, tag, blocking)
+    buffers.synchronize(recv)  # the producer's stream: before MPI or a copy reads the memory
+    device = devices.device_of(recv)
+    if not devices.needs_staging(recv, cuda_aware()):  # MPI reads the device memory itself
+        return _steps_on(t, plan, send, recv.array, device.xp or np, tag, blocking)
+    if plan.codec is None and plan.intra_codec is None:
+        return _staged(t, plan, device, tag, blocking)
+    # the codec encodes on the device; only packed bytes cross to the host
+    return _steps_on(t, plan, send, recv.array, devices.PINNED, tag, blocking,
+                     stage=staging.Stage(device, t))
 
 
 def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
-              blocking: bool) -> Steps:
+              blocking: bool, stage: staging.Stage | None = None) -> Steps:
+    """The schedule's steps on `recv` (and `send`), scratch from `xp`; `stage` wraps each
+    encoding (device data staged through host memory)."""
     recv = recv[: plan.count]
     schedule = plan.schedule
     if schedule.native:
         steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
                              blocking=blocking)
     elif schedule.two_level:
-        steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, blocking))
+        steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, blocking, stage))
     else:
-        steps = _sliced(plan, recv, send, tag, _flat(t, plan, tag, xp))
+        steps = _sliced(plan, recv, send, tag, _flat(t, plan, tag, xp, stage))
     return _scaled(steps, recv, t.size) if plan.mean else steps
 
 
@@ -63,12 +74,13 @@ def _sliced(plan: Plan, recv: Any, send: Any, tag: int, one: SliceRun) -> Steps:
     return pipelined(runs, plan.slicing.window)
 
 
-def _flat(t: Transport, plan: Plan, tag: int, xp: Any) -> SliceRun:
+def _flat(t: Transport, plan: Plan, tag: int, xp: Any,
+          stage: staging.Stage | None = None) -> SliceRun:
     """A flat schedule's run of one slice, over t in ring order."""
     ordered = _in_ring_order(t, plan)
 
     def one(buf: Any, send: Any, slice_tag: int, scope: str) -> Steps:
-        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp, scope)
+        enc = _encoding(plan, plan.codec, "flat", t.rank, tag, t.size, xp, scope, stage)
         return plan.schedule.run(ordered, buf, enc, slice_tag, xp, send=send)
 
     return one
@@ -94,7 +106,8 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
     return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
 
 
-def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool) -> SliceRun:
+def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool,
+               stage: staging.Stage | None = None) -> SliceRun:
     """The two-level schedule's run of one slice."""
     levels = Levels(*t.split(_layout(plan), plan.schedule.split(plan.topology)))
     inner = plan.inner
@@ -102,12 +115,16 @@ def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool) -> S
 
     def one(buf: Any, send: Any, slice_tag: int, scope: str) -> Steps:
         # the allgather's seeds are alike on every node: the same bytes decode alike
-        intra = (_encoding(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size, xp, scope),
+        intra = (_encoding(plan, plan.intra_codec, "intra-rs", t.rank, tag, t.size, xp, scope,
+                           stage),
                  _encoding(plan, plan.intra_codec, "intra-ag", levels.intra.rank, tag, t.size,
-                           xp, scope))
-        inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope)
+                           xp, scope, stage))
+        inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope, stage)
 
         def across(t2: Transport, shard: Any, tag2: int, xp2: Any) -> Steps:
+            if stage is not None and not inner.codecs:  # MPI would read the shard itself
+                return stage.on_host(t2, shard, lambda host: inner.run(
+                    t2, host, Lossless(plan.op, plan.recv.dtype), tag2, np, **extra))
             return inner.run(t2, shard, inter, tag2, xp2, **extra)
 
         return two_level(levels, buf, intra, across, slice_tag, xp, send)
@@ -116,15 +133,17 @@ def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool) -> S
 
 
 def _encoding(plan: Plan, codec: Codec | None, level: str, rank: int, call: int, size: int,
-              xp: Any, scope: str = "") -> Encoding:
+              xp: Any, scope: str = "", stage: staging.Stage | None = None) -> Encoding:
     """Lossless(op) without a codec; else the codec at one level of one call, error
-    feedback under (key, level), its encode sites under `scope`."""
+    feedback under (key, level), its encode sites under `scope`; wrapped by `stage`."""
     if codec is None:
-        return Lossless(plan.op, plan.recv.dtype, xp)
-    key = None if plan.key is None else (plan.key, level)
-    context = (plan.name, plan.count, plan.recv.dtype.str, size, level)
-    encoder = Encoder(codec, rank=rank, call=call, key=key, context=context, prefix=scope)
-    return Compressed(encoder, plan.recv.dtype)
+        enc = Lossless(plan.op, plan.recv.dtype, xp)
+    else:
+        key = None if plan.key is None else (plan.key, level)
+        context = (plan.name, plan.count, plan.recv.dtype.str, size, level)
+        encoder = Encoder(codec, rank=rank, call=call, key=key, context=context, prefix=scope)
+        enc = Compressed(encoder, plan.recv.dtype)
+    return enc if stage is None else stage(enc)
 
 
 def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
@@ -133,12 +152,18 @@ def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
     arr /= size
 
 
-def _staged(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
-    """Device data through host memory, for an MPI that cannot read GPU memory."""
-    device = plan.recv.array[: plan.count] if plan.send is None else plan.send.array
-    host = buffers.cupy().asnumpy(device)
-    host_plan = Plan(None, Buffer(host, HOST, host, host.shape), host, plan.op, plan.schedule,
-                     plan.inner, plan.codec, plan.intra_codec, plan.slicing, plan.key, plan.mean,
-                     plan.topology)
-    yield from _steps_on(t, host_plan, None, host, np, tag, blocking)
-    plan.recv.array[: plan.count].set(host)
+def _staged(t: Transport, plan: Plan, device: devices.Device, tag: int,
+            blocking: bool) -> Steps:
+    """Lossless device data through pinned host memory, in chunks (`staging.through_pinned`),
+    each chunk all-reduced on the host by the plan's own schedule."""
+    count = plan.count
+    target = device.view(plan.recv.array[:count])
+    source = target if plan.send is None else device.view(plan.send.array)
+
+    def reduce_chunk(host: np.ndarray) -> Steps:
+        chunk = dataclasses.replace(plan, send=None, recv=Buffer(host, HOST, host, host.shape),
+                                    recvbuf=host)
+        chunk.slicing = slicing_of(chunk)  # slices sized to the chunk
+        return _steps_on(t, chunk, None, host, np, tag, blocking)
+
+    return staging.through_pinned(t, source, target, reduce_chunk)
