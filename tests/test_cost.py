@@ -349,3 +349,17 @@ def test_calibrated_plan_times_never_fall_with_size():
     from zipcoll.bench.calibrate import rising
     assert rising([(8, 3.0), (16, 1.0), (32, 2.0), (64, 1.5), (128, 4.0)]) == \
         [(8, 1.0), (16, 1.0), (32, 1.5), (64, 1.5), (128, 4.0)]
+
+
+def test_flat_schedules_across_nodes_are_priced_in_their_slices():
+    from zipcoll.collectives.plan import flat_slices
+    work = cost.Work(DEFAULT_PROFILE, 4, "float32", DEFAULT_PROFILE.step_overhead)
+    n = 64 << 20
+    for nodes, sliced in (((0, 1, 2, 3), True), ((0, 0, 0, 0), False)):
+        topo = Topology(4, 0, nodes)
+        shape = cost.Shape.of(topo)
+        whole = cost.ring(n, cost._flat_span(shape, DEFAULT_PROFILE), work)
+        priced = cost.predict(PlanShape("ring"), n, topo) - DEFAULT_PROFILE.call_overhead \
+            - cost.native(64, shape, DEFAULT_PROFILE)
+        assert (flat_slices(n, 4, shape.nodes) > 1) == sliced
+        assert (priced < 0.9 * whole) if sliced else priced == pytest.approx(whole)

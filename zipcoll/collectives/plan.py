@@ -248,6 +248,15 @@ def flat_slice_bytes(ranks: int, ratio: float = 1.0) -> int:
     return max(SLICE_BYTES, int(ranks * ratio * SLICE_BYTES) // 8)
 
 
+def flat_slices(nbytes: int, ranks: int, nodes: int, ratio: float = 1.0) -> int:
+    """How many slices a flat (not native) call runs in: across nodes, slices of
+    `flat_slice_bytes`, from two of them up; one on one node (see `_slicing`)."""
+    size = flat_slice_bytes(ranks, ratio)
+    if nodes < 2 or nbytes < 2 * size:
+        return 1
+    return slice_count(nbytes, size)
+
+
 def _ratio(plan: Plan, nbytes: int) -> float:
     """How many times fewer bytes the flat codec puts on the wire (1 without one)."""
     if plan.codec is None or nbytes == 0:
@@ -284,10 +293,9 @@ def _slicing(plan: Plan) -> Slicing:
         if plan.topology.num_nodes < 2 or nbytes < 2 * SLICE_BYTES:
             return Slicing()  # the common small call: no codec sizes asked
         ratio = _ratio(plan, nbytes)
-        size = flat_slice_bytes(plan.topology.size, ratio)
-        if nbytes < 2 * size:
+        slices = flat_slices(nbytes, plan.topology.size, plan.topology.num_nodes, ratio)
+        if slices == 1:
             return Slicing()
-        slices = slice_count(nbytes, size)
         wire = int(nbytes / ratio / slices)
     in_flight = IN_FLIGHT_BYTES // max(1, wire)
     return Slicing(slices, max(1, min(PIPELINE_WINDOW, in_flight)))

@@ -81,6 +81,13 @@ def slice_count(nbytes: int) -> int:
     return count(nbytes)
 
 
+def flat_slices(nbytes: int, ranks: int, nodes: int, ratio: float) -> int:
+    """How many slices a flat call of ``nbytes`` runs in (the collectives' rule)."""
+    from zipcoll.collectives.plan import flat_slices as count
+
+    return count(nbytes, ranks, nodes, ratio)
+
+
 # ----------------------------------------------------------------------------- profile
 
 @dataclass(frozen=True)
@@ -624,6 +631,24 @@ def _flat(name: str, n: float, span: Span, work: Work, codec: Codec | None) -> f
     raise ValueError(f"the model has no formula for {name!r} with codec {codec!r}")
 
 
+def _sliced_flat(name: str, n: float, shape: Shape, span: Span, work: Work,
+                 codec: Codec | None) -> float:
+    """A flat schedule in S slices (across nodes, ``plan.flat_slices``' rule), several in
+    flight: with f one slice's time, f_link what its bytes alone cost and f_cpu what its
+    computation and steps alone cost, the pipeline runs at the busier once full:
+        f(n / S) + (S - 1) max(f_link(n / S), f_cpu(n / S))
+    """
+    ratio = 1.0 if codec is None else n / max(1.0, work.wire(codec, n))
+    slices = flat_slices(int(n), shape.size, shape.nodes, ratio)
+    s = n / slices
+    if slices == 1:
+        return _flat(name, n, span, work, codec)
+    links, cpu = _links_only(work), _cpu_only(work)
+    return (_flat(name, s, span, work, codec) + (slices - 1)
+            * max(_flat(name, s, _spans_with(span, links), links, codec),
+                  _flat(name, s, _spans_with(span, cpu), cpu, codec)))
+
+
 def two_level(n: float, rows: Span, columns: Span, inner: str, work: Work,
               intra_codec: Codec | None, inter_codec: Codec | None) -> float:
     """Level-1 ring reduce-scatter, ``inner`` on 1/L of the data across, level-1 ring allgather.
@@ -728,7 +753,7 @@ def predict(plan: PlanShape, nbytes: int, topology: Any, profile: Profile | None
     if plan.algorithm in two_level_names():
         rows, columns = _two_level_spans(plan.algorithm, shape, profile)
         return fixed + two_level(n, rows, columns, plan.inner or "ring", work, intra, inter)
-    return fixed + _flat(plan.algorithm, n, _flat_span(shape, profile), work, inter)
+    return fixed + _sliced_flat(plan.algorithm, n, shape, _flat_span(shape, profile), work, inter)
 
 
 def _codec(spec: str | None) -> Codec | None:
@@ -736,9 +761,6 @@ def _codec(spec: str | None) -> Codec | None:
 
 
 # ------------------------------------------------------------------------- bounds
-
-FREE = Rate(float("inf"))
-
 
 def bounds(plan: PlanShape, nbytes: int, topology: Any, link_bytes_per_s: float,
            codec_speeds: Mapping[str, CodecSpeed], ranks_per_machine: int = 1,
@@ -751,10 +773,10 @@ def bounds(plan: PlanShape, nbytes: int, topology: Any, link_bytes_per_s: float,
     ``ranks_per_machine`` ranks whose codecs share the cores the speeds were measured on.
     """
     zero = Link(0.0, 0.0)
-    fast = {cid: CodecSpeed(FREE, FREE, FREE) for cid in {**DEFAULT_CODECS, **codec_speeds}}
-    wire_only = Profile(zero, Link(0.0, 1.0 / link_bytes_per_s), FREE, 0.0, 0.0, fast,
+    fast = {cid: CodecSpeed(_FREE, _FREE, _FREE) for cid in {**DEFAULT_CODECS, **codec_speeds}}
+    wire_only = Profile(zero, Link(0.0, 1.0 / link_bytes_per_s), _FREE, 0.0, 0.0, fast,
                         {}, "wire bound")
-    codec_only = Profile(zero, zero, FREE, 0.0, 0.0, {**fast, **codec_speeds}, {}, "codec bound")
+    codec_only = Profile(zero, zero, _FREE, 0.0, 0.0, {**fast, **codec_speeds}, {}, "codec bound")
     lossless = plan.intra_codec is None and plan.inter_codec is None
     wire = predict(plan, nbytes, topology, wire_only, dtype) if Shape.of(topology).nodes > 1 else 0.0
     codec = 0.0 if lossless else ranks_per_machine * predict(plan, nbytes, topology, codec_only, dtype)
