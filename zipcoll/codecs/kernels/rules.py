@@ -66,25 +66,34 @@ def bits_to_float(bits, mant, bias):
 
 
 @njit(cache=True)
+def abs_top(xb, sign):
+    """Largest ``xb[i] & sign``: the largest |x| on the IEEE bits ``xb`` of x, at or above
+    Inf's bits if an element is NaN or Inf. One integer max: it vectorizes."""
+    top = xb.dtype.type(0)
+    for i in range(xb.size):
+        top = max(top, xb[i] & sign)
+    return top
+
+
+@njit(cache=True)
 def max_finite_bits(xb, sign, inf):
     """Largest ``xb[i] & sign`` below ``inf`` (|x| of the finite x, on their IEEE bits),
-    and how many are Inf; integer max vectorizes."""
+    and how many are Inf."""
+    top = abs_top(xb, sign)
+    if top < inf:  # all finite: the common case takes one vectorized pass
+        return top, 0
     m = xb.dtype.type(0)
-    top = xb.dtype.type(0)  # of all: a NaN or an Inf reaches ``inf``
-    for i in range(xb.size):
+    infs = 0
+    for i in range(xb.size):  # rare: a NaN or an Inf
         a = xb[i] & sign
         m = max(m, a if a < inf else xb.dtype.type(0))
-        top = max(top, a)
-    infs = 0
-    if top >= inf:  # rare: count the Infs apart, so the loop above stays vectorized
-        for i in range(xb.size):
-            infs += (xb[i] & sign) == inf
+        infs += a == inf
     return m, infs
 
 
 @njit(cache=True)
 def finite_absmax(xb):
-    """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and whether x has an Inf."""
+    """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and how many Infs x has."""
     if xb.itemsize == 8:
         m, infs = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
         return bits_to_float(np.uint64(m), 52, 1023), infs
@@ -92,29 +101,66 @@ def finite_absmax(xb):
     return bits_to_float(np.uint64(m), 23, 127), infs
 
 
+_FIXED_GROUP = 256  # terms below 2**54 each: 256 of them sum below 2**62
+
+
 @njit(cache=True)
-def block_norm(x, xb, kind):
-    """Norm of the finite elements of block ``x`` (ABSMAX or L2), and whether it has an Inf."""
-    if kind == ABSMAX:
-        return finite_absmax(xb)
-    m = 0.0
-    every = 0.0  # of all: not finite if a NaN or an Inf is there (squares of float32 fit)
+def fixed_sum(x, top, power):
+    """Sum of |x|**power (1 or 2) of a finite float32 block whose largest |x| has the
+    bits ``top``, to 2**-45 of it.
+
+    Each term is scaled by a power of two that puts the largest below 2**54 and
+    truncated to an int64 (exactly its value's floor), and the integers are summed:
+    integer addition is associative, so the loop vectorizes, and the result does not
+    depend on the order (the same on every target). Groups of 256 are added in float64.
+    """
+    e = max(np.int64(top >> np.uint32(23)), 1)  # |x| < 2**(e - 126)
+    shift = 180 - e if power == 1 else 306 - 2 * e
+    f = math.ldexp(1.0, shift)
+    total = 0.0
+    for g in range(0, x.size, _FIXED_GROUP):
+        xs = x[g:min(g + _FIXED_GROUP, x.size)]
+        acc = np.int64(0)
+        for i in range(xs.size):
+            v = np.float64(xs[i])
+            acc += np.int64((abs(v) if power == 1 else v * v) * f)
+        total += np.float64(acc)
+    return math.ldexp(total, -shift)
+
+
+@njit(cache=True)
+def finite_l2(x, xb):
+    """L2 norm of the finite elements of block ``x``, and how many Infs it has."""
+    if x.itemsize == 4:
+        top = abs_top(xb, np.uint32(0x7FFFFFFF))
+        if top < np.uint32(0x7F800000):
+            return math.sqrt(fixed_sum(x, top, 2)), 0
+    m = 0.0  # float64 input, or a NaN or an Inf: in order
+    infs = 0
     for i in range(x.size):
         v = np.float64(x[i])
         m += v * v if math.isfinite(v) else 0.0
-        every += v * v
-    infs = 0
-    if not math.isfinite(every):  # rare: count the Infs apart, as finite_absmax does
-        for i in range(x.size):
-            infs += math.isinf(np.float64(x[i]))
+        infs += math.isinf(v)
     return math.sqrt(m), infs
 
 
 @njit(cache=True)
-def sign_scale(x):
+def block_norm(x, xb, kind):
+    """Norm of the finite elements of block ``x`` (ABSMAX or L2), and how many Infs it has."""
+    if kind == ABSMAX:
+        return finite_absmax(xb)
+    return finite_l2(x, xb)
+
+
+@njit(cache=True)
+def sign_scale(x, xb):
     """Scale of a sign block: mean |x|, at most float32's largest; if the block holds
     NaN or Inf, its non-finite value (the Inf that all its non-finite elements are, else NaN)."""
-    m = 0.0
+    if x.itemsize == 4:
+        top = abs_top(xb, np.uint32(0x7FFFFFFF))
+        if top < np.uint32(0x7F800000):
+            return np.float32(fixed_sum(x, top, 1) / max(x.size, 1))
+    m = 0.0  # float64 input, or a NaN or an Inf: in order
     for i in range(x.size):
         m += abs(np.float64(x[i]))
     if math.isfinite(m):
@@ -234,7 +280,7 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
     xs = x[lo:hi]
     cs = codes[c0:c1]
     if bits == 1:
-        s = sign_scale(xs)
+        s = sign_scale(xs, xb[lo:hi])
         marked = not math.isfinite(s)
         scales[b] = s
         inv = np.float32(0.0)
