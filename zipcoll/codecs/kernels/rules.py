@@ -41,12 +41,26 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 @njit(cache=True)
-def hash64(seed, i):
-    """Counter-based random 64-bit word for element ``i`` of stream ``seed`` (splitmix64)."""
-    z = np.uint64(seed) + (np.uint64(i) + _ONE) * _GOLDEN
+def stream_state(seed, i):
+    """State of element ``i`` of stream ``seed``; element ``i + 1``'s is it plus ``STEP``."""
+    return np.uint64(seed) + (np.uint64(i) + _ONE) * _GOLDEN
+
+
+STEP = _GOLDEN
+
+
+@njit(cache=True)
+def mix64(z):
+    """Random 64-bit word of the state ``z`` (splitmix64's output function)."""
     z = (z ^ (z >> _U30)) * _MIX1
     z = (z ^ (z >> _U27)) * _MIX2
     return z ^ (z >> _U31)
+
+
+@njit(cache=True)
+def hash64(seed, i):
+    """Counter-based random 64-bit word for element ``i`` of stream ``seed`` (splitmix64)."""
+    return mix64(stream_state(seed, i))
 
 
 @njit(cache=True)
@@ -115,7 +129,7 @@ def fixed_sum(x, top, power):
     depend on the order (the same on every target). Groups of 256 are added in float64.
     """
     e = max(np.int64(top >> np.uint32(23)), 1)  # |x| < 2**(e - 126)
-    shift = 180 - e if power == 1 else 306 - 2 * e
+    shift = int(180 - e if power == 1 else 306 - 2 * e)
     f = math.ldexp(1.0, shift)
     total = 0.0
     for g in range(0, x.size, _FIXED_GROUP):
@@ -180,10 +194,11 @@ def block_scale(norm, levels):
 
 
 @njit(cache=True)
-def uniform32(seed, i, stochastic):
-    """Offset added before flooring: random in [0, 1) if ``stochastic``, else 0.5 (nearest)."""
+def uniform32(z, stochastic):
+    """Offset added before flooring: random in [0, 1) from the stream state ``z`` if
+    ``stochastic``, else 0.5 (nearest)."""
     if stochastic:
-        return np.float32(hash64(seed, i) >> np.uint64(40)) * np.float32(1.0 / 16777216.0)
+        return np.float32(mix64(z) >> np.uint64(40)) * np.float32(1.0 / 16777216.0)
     return np.float32(0.5)
 
 
@@ -256,11 +271,11 @@ def add_block(x, r, b, block):
 
 
 @njit(cache=True)
-def code_of(xs, i, lo, inv, levels, scale, bits, marked, stochastic, seed, feedback):
-    """Code of ``xs[i]`` (element ``lo + i``); with ``feedback``, ``xs[i]`` becomes its
-    value less the code's value: error feedback's residual, written while encoding."""
+def code_of(xs, i, z, inv, levels, scale, bits, marked, stochastic, feedback):
+    """Code of ``xs[i]`` (``z``: its stream state); with ``feedback``, ``xs[i]`` becomes
+    its value less the code's value: error feedback's residual, written while encoding."""
     v = xs[i]
-    q = quantize(v, inv, levels, bits, uniform32(seed, lo + i, stochastic), marked)
+    q = quantize(v, inv, levels, bits, uniform32(z, stochastic), marked)
     if feedback:
         xs[i] = v - dequantize(q, scale, bits, marked)
     return q
@@ -296,27 +311,29 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
     per, nbytes = group_of(bits)
     mask = (1 << bits) - 1
     full = xs.size // per
+    z = stream_state(seed, lo)  # advanced by STEP an element: an add, not a multiply
     if nbytes == 1:  # 1, 2, 4, 8 bits: whole codes in a byte
         for j in range(full):
             byte = 0
             for t in range(per):
-                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
-                            feedback)
+                q = code_of(xs, j * per + t, z, inv, lv, s, bits, marked, stochastic, feedback)
+                z += STEP
                 byte |= (q & mask) << (t * bits)
             cs[j] = byte
     else:  # 3, 5, 6, 7 bits: a group of codes spans several bytes
         for j in range(full):
             word = np.uint64(0)
             for t in range(per):
-                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
-                            feedback)
+                q = code_of(xs, j * per + t, z, inv, lv, s, bits, marked, stochastic, feedback)
+                z += STEP
                 word |= np.uint64(q & mask) << np.uint64(t * bits)
             for k in range(nbytes):
                 cs[j * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
     if full * per < xs.size:  # the last block ends inside a group: its high bits stay 0
         word = np.uint64(0)
         for i in range(full * per, xs.size):
-            q = code_of(xs, i, lo, inv, lv, s, bits, marked, stochastic, seed, feedback)
+            q = code_of(xs, i, z, inv, lv, s, bits, marked, stochastic, feedback)
+            z += STEP
             word |= np.uint64(q & mask) << np.uint64((i - full * per) * bits)
         for k in range(cs.size - full * nbytes):
             cs[full * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
