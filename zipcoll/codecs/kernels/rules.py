@@ -70,23 +70,29 @@ def uniform(seed, i):
 
 
 @njit(cache=True)
-def bits_to_float(bits, mant, bias):
-    """float64 value of the non-negative IEEE bits ``bits`` (``mant`` fraction bits)."""
-    e = int(bits >> np.uint64(mant))
-    m = np.float64(bits & ((np.uint64(1) << np.uint64(mant)) - np.uint64(1)))
-    if e == 0:
-        return math.ldexp(m, 1 - bias - mant)
-    return math.ldexp(m + math.ldexp(1.0, mant), e - bias - mant)
+def pow2(k):
+    """2.0**k (float64) for -1022 <= k <= 1023, from its bits: no library call."""
+    return np.uint64((k + 1023) << 52).view(np.float64)
 
 
 @njit(cache=True)
 def abs_top(xb, sign):
     """Largest ``xb[i] & sign``: the largest |x| on the IEEE bits ``xb`` of x, at or above
-    Inf's bits if an element is NaN or Inf. One integer max: it vectorizes."""
-    top = xb.dtype.type(0)
+    Inf's bits if an element is NaN or Inf.
+
+    Two maxima and no arithmetic in the loop (numba widens integer arithmetic to 64
+    bits, which would halve the vector lanes): of the non-negative x, and of all (which
+    is a negative x, sign bit set, if there is one).
+    """
+    t = xb.dtype.type
+    high = t(t(sign) + t(1))  # the sign bit
+    pos = t(0)
+    every = t(0)
     for i in range(xb.size):
-        top = max(top, xb[i] & sign)
-    return top
+        a = xb[i]
+        pos = max(pos, a if a < high else t(0))
+        every = max(every, a)
+    return max(pos, t(every ^ high)) if every >= high else pos
 
 
 @njit(cache=True)
@@ -110,9 +116,9 @@ def finite_absmax(xb):
     """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and how many Infs x has."""
     if xb.itemsize == 8:
         m, infs = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
-        return bits_to_float(np.uint64(m), 52, 1023), infs
+        return np.uint64(m).view(np.float64), infs
     m, infs = max_finite_bits(xb, np.uint32(0x7FFFFFFF), np.uint32(0x7F800000))
-    return bits_to_float(np.uint64(m), 23, 127), infs
+    return np.float64(np.uint32(m).view(np.float32)), infs
 
 
 _FIXED_GROUP = 256  # terms below 2**54 each: 256 of them sum below 2**62
@@ -130,7 +136,7 @@ def fixed_sum(x, top, power):
     """
     e = max(np.int64(top >> np.uint32(23)), 1)  # |x| < 2**(e - 126)
     shift = int(180 - e if power == 1 else 306 - 2 * e)
-    f = math.ldexp(1.0, shift)
+    f = pow2(shift)
     total = 0.0
     for g in range(0, x.size, _FIXED_GROUP):
         xs = x[g:min(g + _FIXED_GROUP, x.size)]
@@ -139,7 +145,7 @@ def fixed_sum(x, top, power):
             v = np.float64(xs[i])
             acc += np.int64((abs(v) if power == 1 else v * v) * f)
         total += np.float64(acc)
-    return math.ldexp(total, -shift)
+    return total * pow2(-shift)
 
 
 @njit(cache=True)
