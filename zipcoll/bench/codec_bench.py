@@ -68,7 +68,6 @@ def measure(codec, x: np.ndarray, iterations: int, warmup: int, copy_s: float) -
     fused_s = timed(lambda: codec.encode_with_residual(x, residual, out=out), iterations, warmup)
     two_pass_s = timed(lambda: Codec.encode_with_residual(codec, x, residual, out=out),
                        iterations, warmup)
-    payload = codec.encode(x, out=out)  # the feedback steps above wrote x + residual there
     codec.decode(payload, out=y)
     finite = np.isfinite(y)
     gbs = lambda s: x.nbytes / s / 1e9  # noqa: E731
