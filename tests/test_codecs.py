@@ -1,5 +1,6 @@
 """Serial tests of zipcoll.codecs: contract, registry, bounds, formats, errors (no MPI)."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -216,6 +217,36 @@ def test_sign_is_sign_times_mean_abs():
     y = get_codec("sign:block=32").decode(get_codec("sign:block=32").encode(x))
     scale = np.repeat(np.abs(x).reshape(3, 32).mean(axis=1), 32).astype(np.float32)
     np.testing.assert_allclose(y, np.where(x >= 0, scale, -scale), rtol=1e-6)
+
+
+def wide_range_blocks(block, rng):
+    """float32 blocks of ``block`` values: magnitudes over all of float32 (subnormals too),
+    near its largest, all equal, all zero, all subnormal, one tiny among huge ones."""
+    wide = rng.choice([-1, 1], block) * np.exp2(rng.uniform(-149, 127, block))
+    near_max = rng.uniform(0.5, 1, block) * np.finfo(np.float32).max
+    equal = np.full(block, 1.1e-3)
+    zero = np.zeros(block)
+    subnormal = rng.uniform(-1, 1, block) * 1e-39
+    mixed = np.full(block, 3e30)
+    mixed[block // 2] = 1e-30
+    return np.concatenate([wide, near_max, equal, zero, subnormal, mixed]).astype(np.float32)
+
+
+@pytest.mark.parametrize("block", [8, 256, 4096])
+def test_block_scales_are_within_an_ulp_of_exact(block):
+    # sign's mean |x| and qsgd's L2 norm are summed in fixed point: as exact as float32 holds
+    x = wide_range_blocks(block, np.random.default_rng(block))
+    blocks = x.astype(np.float64).reshape(-1, block)
+    for spec, exact in [
+            (f"sign:block={block}", [np.float32(math.fsum(np.abs(b)) / block) for b in blocks]),
+            (f"qsgd:block={block}", [math.sqrt(math.fsum(b * b)) / 7 for b in blocks])]:
+        payload = get_codec(spec).encode(x, seed=1)
+        scales = payload[HEADER_BYTES:HEADER_BYTES + 4 * len(blocks)].view(np.float32)
+        with np.errstate(over="ignore"):
+            exact = np.array(exact).astype(np.float32)  # an L2 norm past float32's range: Inf
+        with np.errstate(invalid="ignore"):
+            near = (scales == exact) | (np.abs(scales - exact) <= np.spacing(exact))
+        assert near.all(), (spec, scales[~near], exact[~near])
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast")

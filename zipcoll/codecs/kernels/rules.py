@@ -41,12 +41,26 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 @njit(cache=True)
-def hash64(seed, i):
-    """Counter-based random 64-bit word for element ``i`` of stream ``seed`` (splitmix64)."""
-    z = np.uint64(seed) + (np.uint64(i) + _ONE) * _GOLDEN
+def stream_state(seed, i):
+    """State of element ``i`` of stream ``seed``; element ``i + 1``'s is it plus ``STEP``."""
+    return np.uint64(seed) + (np.uint64(i) + _ONE) * _GOLDEN
+
+
+STEP = _GOLDEN
+
+
+@njit(cache=True)
+def mix64(z):
+    """Random 64-bit word of the state ``z`` (splitmix64's output function)."""
     z = (z ^ (z >> _U30)) * _MIX1
     z = (z ^ (z >> _U27)) * _MIX2
     return z ^ (z >> _U31)
+
+
+@njit(cache=True)
+def hash64(seed, i):
+    """Counter-based random 64-bit word for element ``i`` of stream ``seed`` (splitmix64)."""
+    return mix64(stream_state(seed, i))
 
 
 @njit(cache=True)
@@ -56,65 +70,117 @@ def uniform(seed, i):
 
 
 @njit(cache=True)
-def bits_to_float(bits, mant, bias):
-    """float64 value of the non-negative IEEE bits ``bits`` (``mant`` fraction bits)."""
-    e = int(bits >> np.uint64(mant))
-    m = np.float64(bits & ((np.uint64(1) << np.uint64(mant)) - np.uint64(1)))
-    if e == 0:
-        return math.ldexp(m, 1 - bias - mant)
-    return math.ldexp(m + math.ldexp(1.0, mant), e - bias - mant)
+def pow2(k):
+    """2.0**k (float64) for -1022 <= k <= 1023, from its bits: no library call."""
+    return np.uint64((k + 1023) << 52).view(np.float64)
+
+
+@njit(cache=True)
+def abs_top(xb, sign):
+    """Largest ``xb[i] & sign``: the largest |x| on the IEEE bits ``xb`` of x, at or above
+    Inf's bits if an element is NaN or Inf.
+
+    Two maxima and no arithmetic in the loop (numba widens integer arithmetic to 64
+    bits, which would halve the vector lanes): of the non-negative x, and of all (which
+    is a negative x, sign bit set, if there is one).
+    """
+    t = xb.dtype.type
+    high = t(t(sign) + t(1))  # the sign bit
+    pos = t(0)
+    every = t(0)
+    for i in range(xb.size):
+        a = xb[i]
+        pos = max(pos, a if a < high else t(0))
+        every = max(every, a)
+    return max(pos, t(every ^ high)) if every >= high else pos
 
 
 @njit(cache=True)
 def max_finite_bits(xb, sign, inf):
     """Largest ``xb[i] & sign`` below ``inf`` (|x| of the finite x, on their IEEE bits),
-    and how many are Inf; integer max vectorizes."""
+    and how many are Inf."""
+    top = abs_top(xb, sign)
+    if top < inf:  # all finite: the common case takes one vectorized pass
+        return top, 0
     m = xb.dtype.type(0)
-    top = xb.dtype.type(0)  # of all: a NaN or an Inf reaches ``inf``
-    for i in range(xb.size):
+    infs = 0
+    for i in range(xb.size):  # rare: a NaN or an Inf
         a = xb[i] & sign
         m = max(m, a if a < inf else xb.dtype.type(0))
-        top = max(top, a)
-    infs = 0
-    if top >= inf:  # rare: count the Infs apart, so the loop above stays vectorized
-        for i in range(xb.size):
-            infs += (xb[i] & sign) == inf
+        infs += a == inf
     return m, infs
 
 
 @njit(cache=True)
 def finite_absmax(xb):
-    """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and whether x has an Inf."""
+    """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and how many Infs x has."""
     if xb.itemsize == 8:
         m, infs = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
-        return bits_to_float(np.uint64(m), 52, 1023), infs
+        return np.uint64(m).view(np.float64), infs
     m, infs = max_finite_bits(xb, np.uint32(0x7FFFFFFF), np.uint32(0x7F800000))
-    return bits_to_float(np.uint64(m), 23, 127), infs
+    return np.float64(np.uint32(m).view(np.float32)), infs
+
+
+_FIXED_GROUP = 256  # terms below 2**54 each: 256 of them sum below 2**62
 
 
 @njit(cache=True)
-def block_norm(x, xb, kind):
-    """Norm of the finite elements of block ``x`` (ABSMAX or L2), and whether it has an Inf."""
-    if kind == ABSMAX:
-        return finite_absmax(xb)
-    m = 0.0
-    every = 0.0  # of all: not finite if a NaN or an Inf is there (squares of float32 fit)
+def fixed_sum(x, top, power):
+    """Sum of |x|**power (1 or 2) of a finite float32 block whose largest |x| has the
+    bits ``top``, to 2**-45 of it.
+
+    Each term is scaled by a power of two that puts the largest below 2**54 and
+    truncated to an int64 (exactly its value's floor), and the integers are summed:
+    integer addition is associative, so the loop vectorizes, and the result does not
+    depend on the order (the same on every target). Groups of 256 are added in float64.
+    """
+    e = max(np.int64(top >> np.uint32(23)), 1)  # |x| < 2**(e - 126)
+    shift = int(180 - e if power == 1 else 306 - 2 * e)
+    f = pow2(shift)
+    total = 0.0
+    for g in range(0, x.size, _FIXED_GROUP):
+        xs = x[g:min(g + _FIXED_GROUP, x.size)]
+        acc = np.int64(0)
+        for i in range(xs.size):
+            v = np.float64(xs[i])
+            acc += np.int64((abs(v) if power == 1 else v * v) * f)
+        total += np.float64(acc)
+    return total * pow2(-shift)
+
+
+@njit(cache=True)
+def finite_l2(x, xb):
+    """L2 norm of the finite elements of block ``x``, and how many Infs it has."""
+    if x.itemsize == 4:
+        top = abs_top(xb, np.uint32(0x7FFFFFFF))
+        if top < np.uint32(0x7F800000):
+            return math.sqrt(fixed_sum(x, top, 2)), 0
+    m = 0.0  # float64 input, or a NaN or an Inf: in order
+    infs = 0
     for i in range(x.size):
         v = np.float64(x[i])
         m += v * v if math.isfinite(v) else 0.0
-        every += v * v
-    infs = 0
-    if not math.isfinite(every):  # rare: count the Infs apart, as finite_absmax does
-        for i in range(x.size):
-            infs += math.isinf(np.float64(x[i]))
+        infs += math.isinf(v)
     return math.sqrt(m), infs
 
 
 @njit(cache=True)
-def sign_scale(x):
+def block_norm(x, xb, kind):
+    """Norm of the finite elements of block ``x`` (ABSMAX or L2), and how many Infs it has."""
+    if kind == ABSMAX:
+        return finite_absmax(xb)
+    return finite_l2(x, xb)
+
+
+@njit(cache=True)
+def sign_scale(x, xb):
     """Scale of a sign block: mean |x|, at most float32's largest; if the block holds
     NaN or Inf, its non-finite value (the Inf that all its non-finite elements are, else NaN)."""
-    m = 0.0
+    if x.itemsize == 4:
+        top = abs_top(xb, np.uint32(0x7FFFFFFF))
+        if top < np.uint32(0x7F800000):
+            return np.float32(fixed_sum(x, top, 1) / max(x.size, 1))
+    m = 0.0  # float64 input, or a NaN or an Inf: in order
     for i in range(x.size):
         m += abs(np.float64(x[i]))
     if math.isfinite(m):
@@ -134,10 +200,11 @@ def block_scale(norm, levels):
 
 
 @njit(cache=True)
-def uniform32(seed, i, stochastic):
-    """Offset added before flooring: random in [0, 1) if ``stochastic``, else 0.5 (nearest)."""
+def uniform32(z, stochastic):
+    """Offset added before flooring: random in [0, 1) from the stream state ``z`` if
+    ``stochastic``, else 0.5 (nearest)."""
     if stochastic:
-        return np.float32(hash64(seed, i) >> np.uint64(40)) * np.float32(1.0 / 16777216.0)
+        return np.float32(mix64(z) >> np.uint64(40)) * np.float32(1.0 / 16777216.0)
     return np.float32(0.5)
 
 
@@ -210,11 +277,11 @@ def add_block(x, r, b, block):
 
 
 @njit(cache=True)
-def code_of(xs, i, lo, inv, levels, scale, bits, marked, stochastic, seed, feedback):
-    """Code of ``xs[i]`` (element ``lo + i``); with ``feedback``, ``xs[i]`` becomes its
-    value less the code's value: error feedback's residual, written while encoding."""
+def code_of(xs, i, z, inv, levels, scale, bits, marked, stochastic, feedback):
+    """Code of ``xs[i]`` (``z``: its stream state); with ``feedback``, ``xs[i]`` becomes
+    its value less the code's value: error feedback's residual, written while encoding."""
     v = xs[i]
-    q = quantize(v, inv, levels, bits, uniform32(seed, lo + i, stochastic), marked)
+    q = quantize(v, inv, levels, bits, uniform32(z, stochastic), marked)
     if feedback:
         xs[i] = v - dequantize(q, scale, bits, marked)
     return q
@@ -234,7 +301,7 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
     xs = x[lo:hi]
     cs = codes[c0:c1]
     if bits == 1:
-        s = sign_scale(xs)
+        s = sign_scale(xs, xb[lo:hi])
         marked = not math.isfinite(s)
         scales[b] = s
         inv = np.float32(0.0)
@@ -250,27 +317,29 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
     per, nbytes = group_of(bits)
     mask = (1 << bits) - 1
     full = xs.size // per
+    z = stream_state(seed, lo)  # advanced by STEP an element: an add, not a multiply
     if nbytes == 1:  # 1, 2, 4, 8 bits: whole codes in a byte
         for j in range(full):
             byte = 0
             for t in range(per):
-                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
-                            feedback)
+                q = code_of(xs, j * per + t, z, inv, lv, s, bits, marked, stochastic, feedback)
+                z += STEP
                 byte |= (q & mask) << (t * bits)
             cs[j] = byte
     else:  # 3, 5, 6, 7 bits: a group of codes spans several bytes
         for j in range(full):
             word = np.uint64(0)
             for t in range(per):
-                q = code_of(xs, j * per + t, lo, inv, lv, s, bits, marked, stochastic, seed,
-                            feedback)
+                q = code_of(xs, j * per + t, z, inv, lv, s, bits, marked, stochastic, feedback)
+                z += STEP
                 word |= np.uint64(q & mask) << np.uint64(t * bits)
             for k in range(nbytes):
                 cs[j * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
     if full * per < xs.size:  # the last block ends inside a group: its high bits stay 0
         word = np.uint64(0)
         for i in range(full * per, xs.size):
-            q = code_of(xs, i, lo, inv, lv, s, bits, marked, stochastic, seed, feedback)
+            q = code_of(xs, i, z, inv, lv, s, bits, marked, stochastic, feedback)
+            z += STEP
             word |= np.uint64(q & mask) << np.uint64((i - full * per) * bits)
         for k in range(cs.size - full * nbytes):
             cs[full * nbytes + k] = np.uint8((word >> np.uint64(8 * k)) & np.uint64(255))
