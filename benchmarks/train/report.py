@@ -95,7 +95,8 @@ def step_time_report(data: dict, path: Path) -> str:
              f"({4 * meta['parameters'] / 1e6:.0f} MB of float32 gradients), batch {a['batch']} "
              f"a rank, SGD with momentum, torch {meta['torch']} with {meta['torch_threads']} "
              f"thread(s) a rank; median of {a['steps']} steps after {a['warmup']}, slowest "
-             f"rank. Load average at the end: "
+             f"rank{_rounds(a)}. DDP's gradient_as_bucket_view: {a.get('bucket_view', False)}. "
+             f"Load average (1, 5, 15 min){_load_at_start(meta)} at the end: "
              f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}.", "",
              f"Command (on the ranks): `{meta['command']}`", "",
              "| config | schedule | step (ms) | compute (ms) | communication (ms) | "
@@ -107,11 +108,27 @@ def step_time_report(data: dict, path: Path) -> str:
         lines.append(f"| {name} | {schedule} | {1e3 * step:.0f} | {1e3 * compute:.0f} | "
                      f"{1e3 * comm:.0f} | {'' if hook is None else f'{1e3 * hook:.0f}'} | "
                      f"{'' if name.startswith('compute') else f'{baseline / step:.2f}x'} |")
-    _plot_split(split, path.with_suffix(".png"))
+    _plot_split(split, path.with_suffix(".png"), _layout(meta))
     return "\n".join(lines) + f"\n\n![step time]({path.stem}.png)\n"
 
 
-def _plot_split(split: list, path: Path) -> None:
+def _rounds(args: dict) -> str:
+    rounds = args.get("rounds", 1)
+    return f", configs in turn {rounds} times over (median of all {rounds * args['steps']} steps)" \
+        if rounds > 1 else ""
+
+
+def _load_at_start(meta: dict) -> str:
+    start = meta.get("load_average_at_start")
+    return f" at the start: {', '.join(f'{x:.1f}' for x in start)};" if start else ""
+
+
+def _layout(meta: dict) -> str:
+    per_node = meta.get("ranks_per_node", 1)
+    return f"{meta['ranks'] // per_node} nodes x {per_node} rank{'s' if per_node > 1 else ''}"
+
+
+def _plot_split(split: list, path: Path, layout: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,7 +141,7 @@ def _plot_split(split: list, path: Path) -> None:
     ax.barh(names, [1e3 * compute] * len(names), label="compute")
     ax.barh(names, [1e3 * max(0.0, c) for c in comm], left=1e3 * compute, label="communication")
     ax.invert_yaxis()
-    ax.set(xlabel="ms per training step", title="training step, 2 nodes x 1 rank, 1 Gbit/s")
+    ax.set(xlabel="ms per training step", title=f"training step, {layout}, 1 Gbit/s")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
