@@ -4,13 +4,19 @@
     import zipcoll.torch
 
     zipcoll.torch.init_process_group()        # gloo, ranks from MPI: it only sets DDP up
-    model = DDP(net)
+    model = DDP(net, gradient_as_bucket_view=True)
     model.register_comm_hook(*zipcoll.torch.ddp_comm_hook(codec="int8", algorithm="ring"))
 
 Each gradient bucket DDP hands the hook is averaged over the MPI communicator by
 `zipcoll.allreduce(MPI.IN_PLACE, bucket, op="mean", ...)`, in place in the bucket's own
 memory, so the process group carries no gradients. With a lossy codec, error feedback
 keeps each bucket's compression error and adds it to the next step's gradient.
+
+`gradient_as_bucket_view=True` (as for PyTorch's own PowerSGD hook): the gradients then
+are views into the buckets, so DDP copies them neither into a bucket before the hook nor
+out of the result after it (the hook returns the bucket itself). Without it DDP makes
+both copies of every gradient each step, outside the hook and, unlike its own
+all-reduce, not hidden behind the backward pass.
 
 Buckets and error feedback: DDP rebuilds its buckets once after the first iteration (in
 the order gradients became ready), so bucket index 3 may hold other parameters from then

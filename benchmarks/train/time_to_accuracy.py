@@ -15,7 +15,8 @@ step_time.py. On the emulated cluster, 2 nodes x 1 rank at 1 Gbit/s (as root):
 
     export PATH=$PWD/.venv/bin:$PATH
     SCRIPT=benchmarks/train/time_to_accuracy.py flock /tmp/zipcoll-heavy.lock \\
-        bash benchmarks/train/step_time_cluster.sh --out benchmarks/results/train/time_to_accuracy.json
+        bash benchmarks/train/step_time_cluster.sh \\
+        --out benchmarks/results/train/time_to_accuracy.json
     python benchmarks/train/report.py benchmarks/results/train/time_to_accuracy.json
 """
 import argparse
@@ -102,7 +103,8 @@ def warm_up(comm, name: str, data: tuple, args) -> None:
     model, state = model_for(name, args.width, args.seed + 1)
     for _ in range(2):
         model.zero_grad()
-        torch.nn.functional.cross_entropy(model(data[0][:args.batch]), data[2][:args.batch]).backward()
+        x, y = data[0][:args.batch], data[2][:args.batch]
+        torch.nn.functional.cross_entropy(model(x), y).backward()
     if state is not None:
         state.reset()
 
