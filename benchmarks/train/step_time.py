@@ -50,6 +50,16 @@ CONFIGS = {
     "zipcoll sign+EF (hierarchical)": {"codec": "sign", "algorithm": "hierarchical"},
     "zipcoll topk1%+EF (hierarchical)": {"codec": "topk:ratio=0.01",
                                         "algorithm": "hierarchical:allgather"},
+    # overlap: the hook returns each bucket's future unfinished, backward goes on
+    "zipcoll lossless (hierarchical, overlap)": {"codec": None, "algorithm": "hierarchical",
+                                                "overlap": True},
+    "zipcoll int8 (hierarchical, overlap)": {"codec": "int8", "algorithm": "hierarchical",
+                                            "error_feedback": False, "overlap": True},
+    "zipcoll sign+EF (hierarchical, overlap)": {"codec": "sign", "algorithm": "hierarchical",
+                                               "overlap": True},
+    "zipcoll topk1%+EF (hierarchical, overlap)": {"codec": "topk:ratio=0.01",
+                                                 "algorithm": "hierarchical:allgather",
+                                                 "overlap": True},
 }
 
 
