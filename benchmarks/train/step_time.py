@@ -51,13 +51,13 @@ CONFIGS = {
     "zipcoll topk1%+EF (hierarchical)": {"codec": "topk:ratio=0.01",
                                         "algorithm": "hierarchical:allgather"},
     # overlap: the hook returns each bucket's future unfinished, backward goes on
-    "zipcoll lossless (hierarchical, overlap)": {"codec": None, "algorithm": "hierarchical",
+    "zipcoll lossless (hierarchical; overlap)": {"codec": None, "algorithm": "hierarchical",
                                                 "overlap": True},
-    "zipcoll int8 (hierarchical, overlap)": {"codec": "int8", "algorithm": "hierarchical",
+    "zipcoll int8 (hierarchical; overlap)": {"codec": "int8", "algorithm": "hierarchical",
                                             "error_feedback": False, "overlap": True},
-    "zipcoll sign+EF (hierarchical, overlap)": {"codec": "sign", "algorithm": "hierarchical",
+    "zipcoll sign+EF (hierarchical; overlap)": {"codec": "sign", "algorithm": "hierarchical",
                                                "overlap": True},
-    "zipcoll topk1%+EF (hierarchical, overlap)": {"codec": "topk:ratio=0.01",
+    "zipcoll topk1%+EF (hierarchical; overlap)": {"codec": "topk:ratio=0.01",
                                                  "algorithm": "hierarchical:allgather",
                                                  "overlap": True},
 }
