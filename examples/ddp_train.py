@@ -44,7 +44,7 @@ def main() -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
                               torch.nn.Linear(256, 10))
-    model = DDP(net)
+    model = DDP(net, gradient_as_bucket_view=True)  # gradients live in the buckets: no copies
     state, hook = zipcoll.torch.ddp_comm_hook(codec=args.codec, algorithm=args.algorithm,
                                               error_feedback=not args.no_error_feedback)
     model.register_comm_hook(state, hook)

@@ -4,7 +4,7 @@
     import zipcoll.torch
 
     zipcoll.torch.init_process_group()        # gloo, ranks from MPI: it only sets DDP up
-    model = DDP(net)
+    model = DDP(net, gradient_as_bucket_view=True)
     model.register_comm_hook(*zipcoll.torch.ddp_comm_hook(codec="int8", algorithm="ring"))
 
 Each gradient bucket DDP hands the hook is averaged over the MPI communicator by
@@ -12,12 +12,28 @@ Each gradient bucket DDP hands the hook is averaged over the MPI communicator by
 memory, so the process group carries no gradients. With a lossy codec, error feedback
 keeps each bucket's compression error and adds it to the next step's gradient.
 
+`gradient_as_bucket_view=True` (as for PyTorch's own PowerSGD hook): the gradients then
+are views into the buckets, so DDP copies them neither into a bucket before the hook nor
+out of the result after it (the hook returns the bucket itself). Without it DDP makes
+both copies of every gradient each step, outside the hook and, unlike its own
+all-reduce, not hidden behind the backward pass.
+
 Buckets and error feedback: DDP rebuilds its buckets once after the first iteration (in
 the order gradients became ready), so bucket index 3 may hold other parameters from then
 on, possibly of the same total size. Residuals are therefore keyed by the identities of
 the bucket's parameters, in order, never by index or size: a rebuilt bucket starts fresh
 and the residuals of the bucket it replaced are freed (PyTorch's PowerSGD hook instead
 refuses error feedback before iteration 2).
+
+Overlap (`overlap=True`): each bucket's all-reduce is started (`zipcoll.iallreduce`) and
+its future returned unfinished, so the backward pass computes the next layers' gradients
+while the bucket is on the wire. zipcoll's progress engine is not thread-safe, so nothing
+runs in the background: the calls advance when the next bucket's hook starts its own,
+and the hook of the last bucket (`bucket.is_last()`) finishes every call of the pass
+and completes their futures, all on the thread that runs backward. DDP waits on the
+futures only after that, when backward ends. MPI moves data only inside MPI calls
+(Open MPI's TCP and shared-memory transports have no progress thread), so a call moves
+between hooks only what its posted sends have handed the kernel.
 
 This module is `zipcoll.torch`; it imports PyTorch absolutely (`import torch`), which is
 the real package, never this module. (No `from __future__ import annotations` here:
@@ -34,7 +50,7 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from zipcoll.codecs import get_codec
-from zipcoll.collectives import allreduce
+from zipcoll.collectives import allreduce, iallreduce
 from zipcoll.collectives.encoding import FEEDBACK
 from zipcoll.topologies import Topology
 
@@ -50,8 +66,10 @@ class HookState:
     codec: Any
     error_feedback: bool
     topology: Topology | None = None
+    overlap: bool = False
     hook_id: int = field(default_factory=lambda: next(_hooks))
     keys: dict[int, Hashable] = field(default_factory=dict)  # bucket index -> key in use
+    in_flight: list = field(default_factory=list)  # (request, future, bucket) of this pass
 
     def key_for(self, bucket: dist.GradBucket) -> Hashable:
         """The bucket's feedback key: its parameters, by identity and in order.
@@ -66,6 +84,13 @@ class HookState:
         self.keys[bucket.index()] = key
         return key
 
+    def finish(self) -> None:
+        """Finish every bucket's all-reduce of this backward pass; complete their futures."""
+        in_flight, self.in_flight = self.in_flight, []
+        for request, future, grad in in_flight:
+            request.wait()
+            future.set_result(grad)
+
     def reset(self) -> None:
         """Drop every bucket's residuals (e.g. after loading a checkpoint)."""
         for key in self.keys.values():
@@ -74,7 +99,8 @@ class HookState:
 
 
 def ddp_comm_hook(codec: Any = None, algorithm: str = "auto", comm: MPI.Intracomm | None = None,
-                  *, error_feedback: bool = True, topology: Topology | None = None
+                  *, error_feedback: bool = True, topology: Topology | None = None,
+                  overlap: bool = False
                   ) -> tuple[HookState, Callable[..., torch.futures.Future[torch.Tensor]]]:
     """(state, hook) for `DistributedDataParallel.register_comm_hook(state, hook)`.
 
@@ -83,13 +109,14 @@ def ddp_comm_hook(codec: Any = None, algorithm: str = "auto", comm: MPI.Intracom
     `comm`: the MPI communicator of the DDP ranks, in the same rank order as the process
     group (default COMM_WORLD). `error_feedback`: with a lossy codec, keep each bucket's
     compression error and send it with the next step's gradient (sign, topk and randomk
-    need it to converge).
+    need it to converge). `overlap`: return each bucket's future unfinished, so backward
+    goes on while it is on the wire; the last bucket's hook finishes them all (above).
 
     >>> model.register_comm_hook(*ddp_comm_hook(codec="int8", algorithm="ring"))  # doctest: +SKIP
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     lossy = codec is not None and not _lossless(codec)
-    state = HookState(comm, algorithm, codec, error_feedback and lossy, topology)
+    state = HookState(comm, algorithm, codec, error_feedback and lossy, topology, overlap)
     return state, allreduce_hook
 
 
@@ -105,11 +132,20 @@ def allreduce_hook(state: HookState,
     """The hook: average the bucket's flat gradient over `state.comm`, in place, through zipcoll."""
     grad = bucket.buffer()
     key = state.key_for(bucket) if state.error_feedback else None
-    allreduce(MPI.IN_PLACE, grad, op="mean", comm=state.comm, algorithm=state.algorithm,
-              codec=state.codec, key=key, topology=state.topology)
-    done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    done.set_result(grad)
-    return done
+    args = dict(op="mean", comm=state.comm, algorithm=state.algorithm, codec=state.codec,
+                key=key, topology=state.topology)
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    if not state.overlap:
+        allreduce(MPI.IN_PLACE, grad, **args)
+        future.set_result(grad)
+        return future
+    request = iallreduce(MPI.IN_PLACE, grad, **args)
+    state.in_flight.append((request, future, grad))
+    if bucket.is_last():
+        state.finish()
+    else:
+        request.test()  # advances the earlier buckets' calls too
+    return future
 
 
 def init_process_group(comm: MPI.Intracomm | None = None, backend: str = "gloo",

@@ -7,10 +7,14 @@ parameters, 100 MB of float32 gradients, batch 32 a rank, SGD with momentum, CPU
   communication, timed before and after the configs (the smaller median is used);
 - each CONFIG: the step under DDP, with DDP's own all-reduce (gloo, over TCP) or with
   zipcoll.torch's hook (MPI). Communication = step - compute; for the hook also the time
-  spent inside it, measured.
+  spent inside it, measured. DDP runs with `gradient_as_bucket_view=True` (for gloo too):
+  the gradients live in the buckets, so DDP copies 100 MB neither into the buckets before
+  the all-reduce nor back out after it (`--no-bucket-view`: DDP's default, the copies).
 
-Each is the slowest rank's median over --steps steps after --warmup. Run on the emulated
-cluster, 2 nodes x 1 rank at 1 Gbit/s (as root; see benchmarks/cluster/README.md):
+The configs run in turn, --rounds times over (so a burst of other load on a shared
+machine hits every config alike); each is the slowest rank's median over its --steps
+steps after --warmup, of all rounds. Run on the emulated cluster, 2 nodes x 1 rank at
+1 Gbit/s, or 2 x 2 with NODES=2 PER_NODE=2 (as root; see benchmarks/cluster/README.md):
 
     export PATH=$PWD/.venv/bin:$PATH
     flock /tmp/zipcoll-heavy.lock bash benchmarks/train/step_time_cluster.sh \\
@@ -19,6 +23,7 @@ cluster, 2 nodes x 1 rank at 1 Gbit/s (as root; see benchmarks/cluster/README.md
 import argparse
 import json
 import os
+import shlex
 import statistics
 import time
 
@@ -45,6 +50,16 @@ CONFIGS = {
     "zipcoll sign+EF (hierarchical)": {"codec": "sign", "algorithm": "hierarchical"},
     "zipcoll topk1%+EF (hierarchical)": {"codec": "topk:ratio=0.01",
                                         "algorithm": "hierarchical:allgather"},
+    # overlap: the hook returns each bucket's future unfinished, backward goes on
+    "zipcoll lossless (hierarchical; overlap)": {"codec": None, "algorithm": "hierarchical",
+                                                "overlap": True},
+    "zipcoll int8 (hierarchical; overlap)": {"codec": "int8", "algorithm": "hierarchical",
+                                            "error_feedback": False, "overlap": True},
+    "zipcoll sign+EF (hierarchical; overlap)": {"codec": "sign", "algorithm": "hierarchical",
+                                               "overlap": True},
+    "zipcoll topk1%+EF (hierarchical; overlap)": {"codec": "topk:ratio=0.01",
+                                                 "algorithm": "hierarchical:allgather",
+                                                 "overlap": True},
 }
 
 
@@ -57,15 +72,16 @@ def make_model(width: int, seed: int = 0) -> torch.nn.Module:
 
 
 def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[float]:
-    """Per-step seconds (slowest rank) of --steps steps after --warmup."""
+    """Per-step seconds (slowest rank) of --steps steps after --warmup; `hook_seconds` gets
+    the time in the hook during those steps only."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(comm.rank)
     x, y = torch.randn(args.batch, 1024, generator=g), torch.randint(0, 10, (args.batch,))
-    times = []
+    times, start_of_round = [], len(hook_seconds)
     for step in range(args.warmup + args.steps):
         comm.Barrier()
         if step == args.warmup:
-            hook_seconds.clear()
+            del hook_seconds[start_of_round:]
         start = time.perf_counter()
         opt.zero_grad(set_to_none=False)  # no fresh gradient memory each step
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -75,6 +91,18 @@ def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[
             times.append(comm.allreduce(elapsed, op=MPI.MAX))
     del opt
     return times
+
+
+def timed_config(comm, hook_args: dict | None, args, hook_seconds: list) -> list[float]:
+    """One config's step times on a fresh model (the same initial weights every time)."""
+    model = DDP(make_model(args.width), gradient_as_bucket_view=args.bucket_view)
+    if hook_args is not None:
+        state, hook = ztorch.ddp_comm_hook(**hook_args)
+        model.register_comm_hook(state, timing_hook(hook, hook_seconds))
+    step = timed_steps(comm, model, args, hook_seconds)
+    if hook_args is not None:
+        state.reset()
+    return step
 
 
 def timing_hook(hook, seconds: list):
@@ -93,6 +121,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-bucket-view", dest="bucket_view", action="store_false",
+                        help="DDP's default: gradients copied into and out of the buckets")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--out", default="step_time.json")
     args = parser.parse_args()
@@ -100,33 +131,35 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // comm.Get_size()))
     ztorch.init_process_group(comm)
+    load_at_start = os.getloadavg()
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    per_node = node.Get_size()
+    node.Free()
     net = make_model(args.width)
     params = sum(p.numel() for p in net.parameters())
     before = timed_steps(comm, net, args, [])
-    rows = []
-    for name in args.configs.split(","):
-        model = DDP(make_model(args.width))
-        hook_seconds: list = []
-        if CONFIGS[name] is not None:
-            state, hook = ztorch.ddp_comm_hook(**CONFIGS[name])
-            model.register_comm_hook(state, timing_hook(hook, hook_seconds))
-        step = timed_steps(comm, model, args, hook_seconds)
-        in_hook = comm.allreduce(sum(hook_seconds) / args.steps, op=MPI.MAX)
-        rows.append({"config": name, "hook": CONFIGS[name], "step": step,
-                     "in_hook_per_step": in_hook if CONFIGS[name] is not None else None})
-        if CONFIGS[name] is not None:
-            state.reset()
-        del model
+    names = args.configs.split(",")
+    steps = {name: [] for name in names}
+    hook_seconds = {name: [] for name in names}
+    for _ in range(args.rounds):
+        for name in names:
+            steps[name] += timed_config(comm, CONFIGS[name], args, hook_seconds[name])
+    rows = [{"config": name, "hook": CONFIGS[name], "step": steps[name],
+             "in_hook_per_step": (comm.allreduce(sum(hook_seconds[name]) / len(steps[name]),
+                                                 op=MPI.MAX)
+                                  if CONFIGS[name] is not None else None)}
+            for name in names]
     after = timed_steps(comm, net, args, [])
     compute = min(statistics.median(before), statistics.median(after))
     rows.insert(0, {"config": "compute only (no DDP)", "step": before + after})
     for row in rows:
         report(comm, row, compute, params)
     if comm.rank == 0:
-        meta = {"command": "python " + " ".join(os.sys.argv), "ranks": comm.size,
+        meta = {"command": "python " + shlex.join(os.sys.argv), "ranks": comm.size,
+                "ranks_per_node": per_node,
                 "args": vars(args), "parameters": params, "torch": torch.__version__,
                 "torch_threads": torch.get_num_threads(),
-                "load_average": os.getloadavg()}
+                "load_average_at_start": load_at_start, "load_average": os.getloadavg()}
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
 

@@ -54,9 +54,9 @@ class Net(torch.nn.Module):
         return self.last(torch.relu(self.middle(x)))
 
 
-def make_model(hook_args=None, record=None) -> DDP:
+def make_model(hook_args=None, record=None, bucket_view=False) -> DDP:
     torch.manual_seed(0)  # the same initial parameters everywhere (DDP also broadcasts them)
-    model = DDP(Net(), bucket_cap_mb=BUCKET_MB)
+    model = DDP(Net(), bucket_cap_mb=BUCKET_MB, gradient_as_bucket_view=bucket_view)
     if hook_args is not None:
         state, hook = ztorch.ddp_comm_hook(**hook_args)
         if record is not None:
@@ -93,9 +93,10 @@ def train(comm, model: DDP, steps: int = STEPS, check_ranks: bool = True) -> lis
     return [p.detach().numpy().copy() for p in model.parameters()]
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "auto"])
-def test_lossless_matches_ddps_own_allreduce(comm, algorithm):
-    ours = train(comm, make_model({"algorithm": algorithm}))
+def test_lossless_matches_ddps_own_allreduce(comm, algorithm, overlap):
+    ours = train(comm, make_model({"algorithm": algorithm, "overlap": overlap}))
     theirs = train(comm, make_model(), check_ranks=False)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # summed in another order
@@ -107,6 +108,9 @@ HOOKS = {
     "sign-ef-twophase": {"codec": "sign", "algorithm": "twophase"},
     "topk-ef-allgather": {"codec": "topk:ratio=0.05", "algorithm": "allgather"},
     "randomk-ef-allgather": {"codec": "randomk:ratio=0.1", "algorithm": "allgather"},
+    "int8-ring-overlap": {"codec": "int8", "algorithm": "ring", "error_feedback": False,
+                          "overlap": True},
+    "sign-ef-twophase-overlap": {"codec": "sign", "algorithm": "twophase", "overlap": True},
 }
 
 
@@ -120,9 +124,11 @@ def test_compressed_parameters_bit_identical_every_step(comm, name):
         assert any(not np.array_equal(a, b) for a, b in zip(compressed, lossless))
 
 
-def test_mean_not_sum(comm):
-    """One step's update equals the mean gradient's (checked against torch's own autograd)."""
-    model = make_model({"algorithm": "ring"})
+@pytest.mark.parametrize("bucket_view", [False, True])
+def test_mean_not_sum(comm, bucket_view):
+    """The gradients after backward are the mean (checked against torch's own autograd),
+    also when they are views into DDP's buckets, which the hook writes in place."""
+    model = make_model({"algorithm": "ring"}, bucket_view=bucket_view)
     x, y = next(batches(comm.rank, 1))
     torch.nn.functional.cross_entropy(model(x), y).backward()
     reference = Net()
@@ -133,6 +139,35 @@ def test_mean_not_sum(comm):
     for i, p in enumerate(model.parameters()):
         mean = sum(g[i] for g in mine) / comm.size
         np.testing.assert_allclose(p.grad.numpy(), mean.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_as_bucket_views(comm):
+    """gradient_as_bucket_view=True: lossless matches DDP's own all-reduce (also with views),
+    and a compressed hook keeps the ranks bit-identical every step."""
+    ours = train(comm, make_model({"algorithm": "ring"}, bucket_view=True))
+    theirs = train(comm, make_model(bucket_view=True), check_ranks=False)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    train(comm, make_model(HOOKS["sign-ef-twophase"], bucket_view=True))
+
+
+def test_overlap_finishes_every_bucket_in_the_last_hook(comm):
+    """overlap=True: the hooks return unfinished futures, the last bucket's completes them
+    all, and nothing is left in flight after backward."""
+    futures = []
+    state, hook = ztorch.ddp_comm_hook(codec="int8", algorithm="ring", overlap=True)
+    model = make_model()
+
+    def recording(state, bucket: dist.GradBucket):
+        future = hook(state, bucket)
+        futures.append((bucket.is_last(), future.done()))
+        return future
+
+    model.register_comm_hook(state, recording)
+    train(comm, model, steps=3)
+    assert len(futures) > 3 and futures[-1] == (True, True)
+    assert all(not done for last, done in futures if not last)  # on the wire during backward
+    assert not state.in_flight
 
 
 def test_feedback_keys_follow_parameters_through_the_bucket_rebuild(comm):
