@@ -31,7 +31,6 @@ import inspect
 import json
 import math
 import os
-import weakref
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -879,17 +878,18 @@ class Selector:
         return plan
 
 
-# ``auto`` keys every call by these; computing them afresh cost more than the lookup
-_SPECS: "weakref.WeakKeyDictionary[Codec, str | None]" = weakref.WeakKeyDictionary()
-
-
 def _spec_of(codec: Any) -> str | None:
-    """``codec_spec``, remembered per codec object (a codec's configuration never changes)."""
+    """``codec_spec``, remembered on the codec object (its configuration never changes).
+
+    ``auto`` keys every call by it; a codec hashes by its whole configuration, so a
+    lookup table keyed by codecs would cost as much as the spec itself. The private
+    attribute stays out of ``get_config``.
+    """
     if not isinstance(codec, Codec):
         return codec_spec(codec)
-    spec = _SPECS.get(codec)
+    spec = codec.__dict__.get("_auto_spec")
     if spec is None:
-        spec = _SPECS[codec] = codec_spec(codec)
+        spec = codec._auto_spec = codec_spec(codec)
     return spec
 
 
