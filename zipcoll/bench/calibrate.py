@@ -45,6 +45,7 @@ STEP_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 NATIVE_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 CODEC_SIZES = (1 << 12, 1 << 24)  # per-call overhead from the small, throughput out of cache
 PLAN_SIZES = [1 << k for k in range(3, 27)]  # 8 B to 64 MiB
+PLAN_ROUNDS = 5  # as autocheck: close plans are told apart by the median of rounds
 CODECS = ["none", "fp16", "bf16", "int8", "int4", "int2", "qsgd", "terngrad", "sign",
           "topk:ratio=0.01", "randomk:ratio=0.01", "threshold:tau=2.5"]
 
@@ -235,7 +236,7 @@ def measure_plans(comm: MPI.Intracomm, codecs: list[str], sizes: list[int], say)
     autocheck.warm_up(list(plans.values()), comm)
     table: dict[str, list] = {name: [] for name in plans}
     for nbytes in sizes:
-        result = autocheck.measure_size(nbytes, list(plans.values()), [], 3, comm)
+        result = autocheck.measure_size(nbytes, list(plans.values()), [], PLAN_ROUNDS, comm)
         for name in plans:
             table[name].append((nbytes, result.seconds.get(name, result.screened[name])))
         best = min(table, key=lambda name: table[name][-1][1])
