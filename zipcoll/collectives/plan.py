@@ -217,13 +217,16 @@ def _check_matching(send: Buffer | None, recv: Buffer) -> None:
         raise ValueError(f"recvbuf holds {recv.count} items, fewer than the {send.count} sent")
 
 
+SUM = BY_NAME["sum"]
+
+
 def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     """algorithm="auto": the schedule for this size and layout; codecs only where they pay.
 
     8-bit SUM and PROD stay off the MPI library's own Allreduce: Open MPI saturates them
     where zipcoll's schedules wrap (as C does), and auto's answer must not depend on size.
     """
-    op = "sum" if plan.op == BY_NAME["sum"] else plan.op.name
+    op = "sum" if plan.op is SUM else plan.op.name
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
                                                         plan.recv.dtype, op, selector)
     if not compress:

@@ -19,8 +19,15 @@ def choose(nbytes: int, topology: Any, codec: Any, dtype: Any, op: str,
     if topology.size == 1:
         return SCHEDULES["native"], None, False
     shape = selector.choose(nbytes, topology, codec, dtype, op)
-    inner = SCHEDULES[shape.inner] if shape.inner else None
-    return SCHEDULES[shape.algorithm], inner, shape.inter_codec is not None
+    decision = _DECISIONS.get(shape)
+    if decision is None:
+        inner = SCHEDULES[shape.inner] if shape.inner else None
+        decision = _DECISIONS[shape] = (SCHEDULES[shape.algorithm], inner,
+                                        shape.inter_codec is not None)
+    return decision
+
+
+_DECISIONS: dict = {}  # PlanShape -> what runs it: auto asks on every call
 
 
 def default_inner(codec: Any) -> str:

@@ -842,6 +842,9 @@ def rank_plans(nbytes: int, topology: Any, profile: Profile | None = None, codec
 
 # --------------------------------------------------------------------------- choosing
 
+RECENT_CALLS = 256
+
+
 def size_bucket(nbytes: int) -> int:
     """The bucket of a message size: sizes in [2^(k-1), 2^k) share bucket k."""
     return int(nbytes).bit_length()
@@ -864,10 +867,18 @@ class Selector:
     def __init__(self, profile: Profile):
         self.profile = profile
         self._decided: dict[tuple, PlanShape] = {}
+        self._recent: dict[tuple, tuple] = {}  # by the very objects of recent calls
 
     def choose(self, nbytes: int, topology: Any, codec: Any = None, dtype: str = "float32",
                op: str = "sum") -> PlanShape:
-        """The cheapest plan for a message of ``nbytes`` (cached per bucket)."""
+        """The cheapest plan for a message of ``nbytes`` (cached per bucket).
+
+        A call like a recent one (the same codec and topology objects) is answered from
+        ``_recent`` without building the key: auto runs this on every call."""
+        fast = (size_bucket(nbytes), dtype, op, id(codec), id(topology))
+        hit = self._recent.get(fast)
+        if hit is not None and hit[0] is codec and hit[1] is topology:
+            return hit[2]
         key = (size_bucket(nbytes), np.dtype(dtype), _sums(op), _spec_of(codec),
                _shape_of(topology))
         plan = self._decided.get(key)
@@ -875,6 +886,9 @@ class Selector:
             plan = choose(bucket_size(key[0]), key[4], key[3], self.profile, key[1].name,
                           "sum" if key[2] else "other")
             self._decided[key] = plan
+        if len(self._recent) >= RECENT_CALLS:
+            self._recent.clear()  # a new codec object every call (stochastic ones) must not pile up
+        self._recent[fast] = (codec, topology, plan)
         return plan
 
 
