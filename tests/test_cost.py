@@ -365,3 +365,15 @@ def test_flat_schedules_across_nodes_are_priced_in_their_slices():
         # overlap hides the reductions behind the link, never the link's own time
         wire = cost.bounds(PlanShape("ring"), n, topo, 1 / DEFAULT_PROFILE.inter.beta, {})[0]
         assert (wire < priced < whole) if sliced else priced == pytest.approx(whole)
+
+
+def test_selector_answers_a_repeated_call_alike_and_forgets_old_objects():
+    selector = cost.Selector(DEFAULT_PROFILE)
+    topo = Topology(4, 0, (0, 0, 1, 1))
+    codec = get_codec("int8")
+    first = selector.choose(1 << 20, topo, codec, "float32", "sum")
+    assert selector.choose(1 << 20, topo, codec, "float32", "sum") is first
+    assert selector.choose(1 << 20, topo, get_codec("int8"), "float32", "sum") == first
+    for _ in range(2 * cost.RECENT_CALLS):  # a new codec object every call
+        selector.choose(1 << 20, topo, get_codec("qsgd"), "float32", "sum")
+    assert len(selector._recent) <= cost.RECENT_CALLS
