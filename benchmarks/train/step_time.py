@@ -115,10 +115,25 @@ def timing_hook(hook, seconds: list):
     return timed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def model_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options both training benchmarks share: the model's width, the batch a rank."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=32)
+    return parser
+
+
+def start_job() -> tuple[MPI.Intracomm, tuple]:
+    """COMM_WORLD with torch's threads shared among its ranks here, DDP's process group set
+    up, and the load average at the start (the machine may be shared)."""
+    comm = MPI.COMM_WORLD
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // comm.Get_size()))
+    ztorch.init_process_group(comm)
+    return comm, os.getloadavg()
+
+
+def main() -> None:
+    parser = model_arguments(__doc__)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
@@ -128,10 +143,7 @@ def main() -> None:
     parser.add_argument("--out", default="step_time.json")
     args = parser.parse_args()
 
-    comm = MPI.COMM_WORLD
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // comm.Get_size()))
-    ztorch.init_process_group(comm)
-    load_at_start = os.getloadavg()
+    comm, load_at_start = start_job()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     per_node = node.Get_size()
     node.Free()

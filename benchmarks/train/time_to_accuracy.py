@@ -19,7 +19,6 @@ step_time.py. On the emulated cluster, 2 nodes x 1 rank at 1 Gbit/s (as root):
         --out benchmarks/results/train/time_to_accuracy.json
     python benchmarks/train/report.py benchmarks/results/train/time_to_accuracy.json
 """
-import argparse
 import json
 import os
 import shlex
@@ -35,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zipcoll.torch as ztorch  # noqa: E402
-from step_time import CONFIGS, make_model  # noqa: E402
+from step_time import CONFIGS, make_model, model_arguments, start_job  # noqa: E402
 
 DEFAULT_CONFIGS = ["DDP (gloo allreduce)", "zipcoll lossless (hierarchical)",
                    "zipcoll int8 (hierarchical)", "zipcoll sign+EF (hierarchical)",
@@ -110,9 +109,7 @@ def warm_up(comm, name: str, data: tuple, args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--width", type=int, default=4096)
-    parser.add_argument("--batch", type=int, default=32)
+    parser = model_arguments(__doc__)
     parser.add_argument("--lr", type=float, default=0.03)
     parser.add_argument("--target", type=float, default=0.92)
     parser.add_argument("--max-steps", type=int, default=150)
@@ -122,10 +119,7 @@ def main() -> None:
     parser.add_argument("--out", default="time_to_accuracy.json")
     args = parser.parse_args()
 
-    comm = MPI.COMM_WORLD
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // comm.Get_size()))
-    ztorch.init_process_group(comm)
-    load_at_start = os.getloadavg()
+    comm, load_at_start = start_job()
     data = digits_1024()
     runs = []
     for name in args.configs.split(","):

@@ -227,9 +227,7 @@ class Staged:
         devices.synchronize_device()  # the kernels that wrote `wire` are done
         host = slot[:wire.nbytes].view(wire.dtype)
         if wire.nbytes:
-            stream = devices.copy_stream()
-            self.device.view(wire).copy_to_host(host, stream=stream)
-            stream.synchronize()
+            _copy_waited(self.device.view(wire), host, to_host=True)
         return host
 
     @contextlib.contextmanager
@@ -238,10 +236,18 @@ class Staged:
         with self._device_bytes(wire.nbytes) as space:
             received = space[:wire.nbytes].view(wire.dtype)
             if wire.nbytes:
-                stream = devices.copy_stream()
-                self.device.view(received).copy_to_device(wire, stream=stream)
-                stream.synchronize()
+                _copy_waited(self.device.view(received), wire, to_host=False)
             yield received
+
+
+def _copy_waited(device_array: Any, host: Any, to_host: bool) -> None:
+    """One copy between a device array and host memory on zipcoll's stream, waited for."""
+    stream = devices.copy_stream()
+    if to_host:
+        device_array.copy_to_host(host, stream=stream)
+    else:
+        device_array.copy_to_device(host, stream=stream)
+    stream.synchronize()
 
 
 class _OnDevice:
