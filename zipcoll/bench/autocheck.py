@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         picks = auto_picks(nbytes, topology, args.codec, comm)
         result = measure_size(nbytes, plans, autos, args.rounds, comm, tuple(picks.values()))
         result.picks = picks
-        result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec)}
+        result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec,
+                                                                     topology)}
         results.append(result)
         rows.append(ratio_row(result, plans, args.codec))
         if root:

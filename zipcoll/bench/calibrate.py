@@ -229,9 +229,9 @@ def with_call_floor(speed: CodecSpeed, overhead: float) -> CodecSpeed:
                         for r in (speed.encode, speed.decode, speed.decode_add)))
 
 
-def measure_plans(comm: MPI.Intracomm, codecs: list[str], sizes: list[int], say) -> dict:
+def measure_plans(comm: MPI.Intracomm, topology: Topology, codecs: list[str], sizes: list[int],
+                  say) -> dict:
     """{plan: [[bytes, seconds], ...]} of every candidate plan (lossless, and each codec's)."""
-    topology = Topology.from_comm(comm)
     plans = {str(p): p for codec in [None, *codecs] for p in candidate_plans(topology, codec)}
     autocheck.warm_up(list(plans.values()), comm)
     table: dict[str, list] = {name: [] for name in plans}
@@ -298,7 +298,8 @@ def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = No
     defaults = {k: with_call_floor(v, in_place) for k, v in DEFAULT_CODECS.items()}
     plans = {}
     if plan_codecs is not None:
-        plans[layout] = measure_plans(comm, plan_codecs, plan_sizes or PLAN_SIZES, say)
+        plans[layout] = measure_plans(comm, topology, plan_codecs, plan_sizes or PLAN_SIZES,
+                                      say)
     profile = Profile(intra, inter, reduce, step, call, {**defaults, **speeds},
                       {layout: tuple(native)}, source, plans)
     return Profile.from_dict(comm.bcast(profile.to_dict(), root=0)), points
