@@ -136,6 +136,33 @@ def test_error_feedback_object_as_codec(comm, count):
     assert np.abs(total / 20 - exact).max() < 0.25 * errors[0], (errors[0], total / 20 - exact)
 
 
+def test_feedback_spec_without_key_keeps_one_set_of_residuals(comm):
+    """codec="feedback:int2" parses to a new object every call: the calls still share their
+    residuals (the mean over calls approaches the sum) and the store does not grow per call."""
+    x = rank_data("float32", 300, comm.rank)
+    exact = expected(comm, x).astype(np.float64)
+    zipcoll.feedback.reset()
+    total, first = np.zeros(300), None
+    for _ in range(20):
+        got = zipcoll.allreduce(x, comm=comm, algorithm="ring", codec="feedback:int2")
+        total += got
+        first = np.abs(got - exact).max() if first is None else first
+    assert len(zipcoll.feedback.keys()) == 1, zipcoll.feedback.keys()
+    assert np.abs(total / 20 - exact).max() < 0.25 * first
+    zipcoll.feedback.reset()
+
+
+def test_residuals_of_a_feedback_object_go_with_it(comm):
+    import gc
+    zipcoll.feedback.reset()
+    codec = zipcoll.codecs.ErrorFeedback(zipcoll.get_codec("int8"))
+    zipcoll.allreduce(rank_data("float32", 64, comm.rank), comm=comm, algorithm="ring", codec=codec)
+    assert zipcoll.feedback.nbytes() > 0
+    del codec
+    gc.collect()
+    assert zipcoll.feedback.nbytes() == 0, zipcoll.feedback.keys()
+
+
 def test_grid_variable_that_does_not_fit_is_ignored(comm, monkeypatch):
     monkeypatch.setenv("ZIPCOLL_GRID", f"{comm.size + 1}x1")
     other = comm.Dup()

@@ -7,7 +7,9 @@ sends a message or writes a caller's buffer; every rank can run it alone.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping
 
@@ -16,7 +18,7 @@ from mpi4py import MPI
 
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
-from zipcoll.collectives import registry, select
+from zipcoll.collectives import encoding, registry, select
 from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup
 from zipcoll.collectives.registry import SCHEDULES, Schedule
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
@@ -149,7 +151,8 @@ def _codecs(spec: Any, schedule: Schedule | None, inner: Schedule | None,
         raise ValueError(f"codec levels are 'intra' and 'inter', got {sorted(spec)}")
     intra = _codec(spec.get("intra")) if levels else None
     flat = _codec(spec.get("inter") if levels else spec)
-    intra, flat, key = _feedback_as_key(intra, flat, key)
+    given = [spec.get("intra"), spec.get("inter")] if levels else [spec]
+    intra, flat, key = _feedback_as_key(intra, flat, key, given)
     if flat is not None and schedule is not None and not schedule.two_level:
         _check_schedule(schedule, flat)
     if flat is not None and inner is not None:
@@ -173,15 +176,38 @@ def _parsed(spec: str) -> Codec:
     return get_codec(spec)
 
 
-def _feedback_as_key(intra: Codec | None, flat: Codec | None,
-                     key: Hashable) -> tuple[Codec | None, Codec | None, Hashable]:
+def _feedback_as_key(intra: Codec | None, flat: Codec | None, key: Hashable,
+                     given: list) -> tuple[Codec | None, Codec | None, Hashable]:
     """An ErrorFeedback codec means error feedback: its inner codec, with residuals kept per
-    encode site under `key` (or, without one, under the ErrorFeedback object itself)."""
+    encode site under `key`; without one, under the ErrorFeedback object the caller passed
+    (freed with it), or under a spec's config (a spec such as "feedback:sign" parses to a
+    new object every call: the same spec must find the same residuals, and a key per call
+    would hold a message-sized residual for every call until it idles out)."""
     wrapped = [c for c in (intra, flat) if isinstance(c, ErrorFeedback)]
     if not wrapped:
         return intra, flat, key
     unwrap = (lambda c: c.codec if isinstance(c, ErrorFeedback) else c)
-    return unwrap(intra), unwrap(flat), (("feedback", id(wrapped[0])) if key is None else key)
+    if key is None:
+        key = _object_key(wrapped[0]) if any(wrapped[0] is g for g in given) else \
+            ("feedback", json.dumps(wrapped[0].get_config(), sort_keys=True, default=str))
+    return unwrap(intra), unwrap(flat), key
+
+
+def _object_key(codec: ErrorFeedback) -> Hashable:
+    """("feedback", id) for a caller's ErrorFeedback object; its residuals go when it does."""
+    key = ("feedback", id(codec))
+    if id(codec) not in _WATCHED:
+        _WATCHED.add(id(codec))
+        weakref.finalize(codec, _forget, key)
+    return key
+
+
+_WATCHED: set[int] = set()
+
+
+def _forget(key: tuple) -> None:
+    _WATCHED.discard(key[1])
+    encoding.FEEDBACK.reset(key)
 
 
 def _check_schedule(schedule: Schedule, codec: Codec) -> None:
