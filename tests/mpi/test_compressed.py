@@ -553,6 +553,28 @@ def test_pipelined_slices_stay_in_step(comm, algorithm, spec):
         np.testing.assert_allclose(results["call0"], exact, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("algorithm,spec", [("hierarchical", None), ("hierarchical", "int8"),
+                                            ("hierarchical:allgather", "topk:ratio=0.1")])
+def test_one_rank_a_node_reads_the_send_buffer(comm, algorithm, spec):
+    """With one rank a node, level 2 reads the caller's send buffer itself (no copy into
+    recv first): the sum is right, the send buffer untouched, the bits alike on every rank."""
+    topology = zipcoll.Topology.from_comm(comm, ranks_per_node=1)
+    x = rank_data("float32", 5_003, comm.rank)
+    before = x.copy()
+    out = np.full_like(x, np.nan)
+    zipcoll.allreduce(x, out, algorithm=algorithm, codec=spec, comm=comm, topology=topology)
+    np.testing.assert_array_equal(x, before)
+    if spec is None:
+        exact = np.empty_like(x)
+        comm.Allreduce(x, exact)
+        np.testing.assert_allclose(out, exact, rtol=1e-5, atol=1e-4)
+        return
+    parts = all_rank_data("float32", x.size, comm.size)
+    problems = check_bound(comm, parts, out, algorithm, topology, spec, np.float32)
+    problems += [f"{c}: not bit-identical" for c in differing_across_ranks(comm, {"out": out})]
+    assert not problems, "\n".join(problems)
+
+
 # -- flat schedules in slices ------------------------------------------------------------------
 
 @pytest.mark.parametrize("algorithm,spec", [

@@ -12,7 +12,7 @@ from zipcoll.collectives import staging
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.plan import Plan
 from zipcoll.collectives.plan import _slicing as slicing_of
-from zipcoll.collectives.schedule import Steps, chunk_bounds, pipelined
+from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels, two_level
 from zipcoll.codecs import Codec
@@ -121,11 +121,12 @@ def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool,
                            xp, scope, stage))
         inter = _encoding(plan, plan.codec, "inter", t.rank, tag, t.size, xp, scope, stage)
 
-        def across(t2: Transport, shard: Any, tag2: int, xp2: Any) -> Steps:
+        def across(t2: Transport, shard: Any, tag2: int, xp2: Any, send2: Any = None) -> Steps:
             if stage is not None and not inner.codecs:  # MPI would read the shard itself
+                copy_in(shard, send2)
                 return stage.on_host(t2, shard, lambda host: inner.run(
                     t2, host, Lossless(plan.op, plan.recv.dtype), tag2, np, **extra))
-            return inner.run(t2, shard, inter, tag2, xp2, **extra)
+            return inner.run(t2, shard, inter, tag2, xp2, send=send2, **extra)
 
         return two_level(levels, buf, intra, across, slice_tag, xp, send)
 

@@ -20,7 +20,7 @@ from zipcoll.collectives.schedules.ring import allgather, owned_chunk, reduce_sc
 from zipcoll.collectives.steps import Encoding
 from zipcoll.transport import Transport
 
-InnerSchedule = Callable[[Transport, Any, int, Any], Steps]
+InnerSchedule = Callable[..., Steps]  # (transport, shard, tag, xp, send=None) -> Steps
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ def two_level(levels: Levels, buf: Any, intra: tuple[Encoding, Encoding], inner:
 
     `intra`: the encodings of level 1's reduce-scatter and allgather.
     """
+    if levels.intra.size == 1:  # a node of one rank: level 2 reads the caller's buffer itself
+        yield from inner(levels.inter, buf, tag, xp, send)  # (no copy of the whole message)
+        return
     chunks = chunk_bounds(buf.size, levels.intra.size)
     yield from reduce_scatter(levels.intra, buf, chunks, intra[0], tag, xp, send)
     shard = buf[slice(*chunks[owned_chunk(levels.intra)])]
