@@ -476,10 +476,16 @@ def test_residual_written_while_encoding_is_the_two_pass_one(spec, dtype):
     np.testing.assert_array_equal(fused, plain)
 
 
-def test_error_feedback_drops_a_nonfinite_residual():
-    codec = ErrorFeedback("int8")
-    x = data(300)
-    x[5] = np.nan
+@pytest.mark.parametrize("spec", ["int8", "sign", "int4:block=24", "topk:ratio=0.1"])
+@pytest.mark.parametrize("n", [300, (1 << 18) + 5])  # the serial and the parallel kernels
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_error_feedback_drops_a_nonfinite_residual(spec, n, bad):
+    """The encode pass counts the residual's NaN/Inf (block codecs, while encoding)."""
+    codec = ErrorFeedback(spec)
+    x = data(n)
+    codec.encode(x, key=0)
+    assert codec.keys() == [0]
+    x[n - 3] = bad
     codec.encode(x, key=0)
     assert codec.keys() == []
 

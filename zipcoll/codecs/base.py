@@ -248,6 +248,14 @@ class Codec(abc.ABC):
             residual += target  # target - decoded, in place
         return payload
 
+    def encode_feedback(self, x, residual, out=None, seed: int | None = None) -> tuple[Payload, bool]:
+        """``encode_with_residual``, and whether the new residual is all finite (error
+        feedback keeps it only then). Codecs that see every residual element while
+        encoding tell without a second pass over it."""
+        payload = self.encode_with_residual(x, residual, out=out, seed=seed)
+        bk, residual = backend_of(residual)
+        return payload, count_nonfinite(bk.xp, residual) == 0
+
 
 class WireCodec(Codec):
     """A codec with a payload format of its own: the header above, then its sections.

@@ -15,7 +15,7 @@ from typing import Hashable, Mapping
 import numpy as np
 
 from .backend import backend_of
-from .base import Codec, count_nonfinite, get_codec
+from .base import Codec, get_codec
 
 
 class ErrorFeedback(Codec):
@@ -61,8 +61,8 @@ class ErrorFeedback(Codec):
                              f"{residual.dtype}, got {x.shape} {x.dtype}; reset(key) first")
         if residual is None:
             residual = bk.xp.zeros_like(x)
-        payload = self._codec.encode_with_residual(x, residual, out=out, seed=seed)
-        if count_nonfinite(bk.xp, residual) == 0:
+        payload, finite = self._codec.encode_feedback(x, residual, out=out, seed=seed)
+        if finite:
             self._residuals[key] = residual
         return payload
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import backend_of
-from .base import HEADER_BYTES, Header, WireCodec, align8, check_float_array, eps_of, kernel_input
+from .base import (HEADER_BYTES, Header, WireCodec, align8, check_float_array, count_nonfinite,
+                   eps_of, kernel_input)
 from .kernels import rules
 
 _BITS_VIEW = {4: np.uint32, 8: np.uint64}
@@ -81,6 +82,11 @@ class BlockQuantizer(WireCodec):
     def encode_with_residual(self, x, residual, out=None, seed: int | None = None):
         """Payload of ``x + residual``; ``residual`` becomes the target less its decoded
         value, written while encoding (one pass; float16 takes the two-pass way)."""
+        return self.encode_feedback(x, residual, out, seed)[0]
+
+    def encode_feedback(self, x, residual, out=None, seed: int | None = None):
+        """``encode_with_residual``, and whether the new residual is all finite: on the
+        CPU the encode pass counts its non-finite elements while each block is in cache."""
         bk, x = backend_of(x)
         check_float_array(x, f"{self.codec_id}.encode")
         residual = self._as(bk, residual)
@@ -88,13 +94,16 @@ class BlockQuantizer(WireCodec):
         if residual.shape != x.shape or residual.dtype != x.dtype:
             raise ValueError(f"residual of {residual.shape} {residual.dtype} for an input of "
                              f"{x.shape} {x.dtype}")
-        if x.dtype == np.float16:  # the kernels have no float16
-            return super().encode_with_residual(x, residual, out, seed)
+        if x.dtype == np.float16:  # the kernels have no float16: the two-pass way
+            p = super().encode_with_residual(x, residual, out, seed)
+            return p, count_nonfinite(bk.xp, residual) == 0
         p, scales, codes = self._payload(bk, x, None if out is None else self._as(bk, out))
-        bk.kernels.block_encode(x, _bits_of(x), codes, scales, self.block, self.bits,
-                                self.levels, self.norm, self.stochastic, self._call_seed(seed),
-                                residual, _bits_of(residual))
-        return p
+        nonfinite = bk.kernels.block_encode(
+            x, _bits_of(x), codes, scales, self.block, self.bits, self.levels, self.norm,
+            self.stochastic, self._call_seed(seed), residual, _bits_of(residual))
+        if nonfinite is None:  # a kernel that does not count (CUDA): count now
+            nonfinite = count_nonfinite(bk.xp, residual)
+        return p, nonfinite == 0
 
     def _payload(self, bk, x, out):
         """A payload for ``x`` with its header and padding written, and its two sections."""

@@ -20,28 +20,44 @@ _decode_block = njit(inline="always")(rules.decode_block.py_func)
 
 @functools.lru_cache(maxsize=None)
 def _encoder(bits, kind, stochastic, feedback, parallel):
-    """Block encode kernel compiled for one (bits, norm, rounding, feedback)."""
+    """Block encode kernel compiled for one (bits, norm, rounding, feedback); it returns
+    the number of non-finite residual elements (0 without feedback)."""
     @njit(inline="always")
     def _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed):
         if feedback:  # the residual array takes the target, then target - decoded
             rules.add_block(x, r, b, block)
             _encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
                           seed, True)
-        else:
-            _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
-                          seed, False)
+            return _nonfinite_in_block(r, b, block)  # the block is still in cache
+        _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
+                      seed, False)
+        return 0
 
     if parallel:
         @njit(parallel=True, cache=True)
         def encode(x, xb, r, rb, codes, scales, block, levels, seed):
+            nonfinite = 0
             for b in prange(scales.size):
-                _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
+                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
+            return nonfinite
     else:
         @njit(cache=True)
         def encode(x, xb, r, rb, codes, scales, block, levels, seed):
+            nonfinite = 0
             for b in range(scales.size):
-                _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
+                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
+            return nonfinite
     return encode
+
+
+@njit(inline="always")
+def _nonfinite_in_block(r, b, block):
+    lo = b * block
+    rs = r[lo:min(lo + block, r.size)]
+    n = 0
+    for i in range(rs.size):
+        n += not math.isfinite(rs[i])
+    return n
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,7 +81,8 @@ def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, se
     """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``.
 
     With a residual ``r`` (``rb``: its bits), encode ``x + r`` and leave in ``r`` the
-    target less its decoded value (error feedback), in the same pass.
+    target less its decoded value (error feedback), in the same pass; returns how many
+    elements of the new ``r`` are NaN/Inf (None without a residual).
     """
     feedback = r is not None
     kernel = _encoder(bits, kind, bool(stochastic), feedback, x.size >= PARALLEL_MIN)
@@ -75,7 +92,8 @@ def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, se
         # numba types a read-only array (a JAX array's memory) without setitem, which the
         # feedback branch of the shared rule has: a writable alias, never written here
         x, xb = _writable(x), _writable(xb)
-    kernel(x, xb, r, rb, codes, scales, block, levels, seed)
+    nonfinite = kernel(x, xb, r, rb, codes, scales, block, levels, seed)
+    return int(nonfinite) if feedback else None
 
 
 def _writable(a):
