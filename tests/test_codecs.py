@@ -464,7 +464,8 @@ def test_error_feedback_tracks_the_sum():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("spec", ["int8", "int4:block=24", "int2", "int8:stochastic=true",
                                   "qsgd", "qsgd:levels=3", "terngrad", "sign", "sign:block=40",
-                                  "topk:k=9", "fp16"])
+                                  "topk:k=9", "topk:k=1", "topk:k=9,values=float16",
+                                  "threshold:tau=1.0", "randomk:k=9", "fp16"])
 def test_residual_written_while_encoding_is_the_two_pass_one(spec, dtype):
     codec = get_codec(spec)
     x = data(1001, dtype)

@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 
-from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, count_nonfinite,
-                   cpu_kernels, eps_of, kernel_input)
+from .backend import backend_of
+from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, check_float_array,
+                   count_nonfinite, cpu_kernels, eps_of, kernel_input, read_header)
 from .quantize import _Seeded
 
 _VALUE_DTYPES = ("float32", "float16")
@@ -63,6 +64,33 @@ class _Sparse(WireCodec):
     def _left_out_nonfinite(self, bk, x, sent: int, count: int) -> bool:
         """True if ``x`` has NaN/Inf beyond the ``sent`` of the ``count`` values sent."""
         return count_nonfinite(bk.xp, x) > sent
+
+    def encode_with_residual(self, x, residual, out=None, seed: int | None = None):
+        """Payload of ``x + residual``; ``residual`` becomes the target less its decoded value."""
+        return self.encode_feedback(x, residual, out, seed)[0]
+
+    def encode_feedback(self, x, residual, out=None, seed: int | None = None):
+        """``encode_with_residual`` and whether the new residual is all finite. Elements
+        not sent decode to 0, so the residual is the target but at the k sent indices: one
+        pass adds (and counts NaN/Inf), the encode, then k updates; no decode of the vector."""
+        bk, x = backend_of(x)
+        fast = (self.sends_indices and bk.xp is np and isinstance(residual, np.ndarray)
+                and x.dtype in (np.float32, np.float64) and residual.dtype == x.dtype
+                and residual.shape == x.shape and residual.flags.c_contiguous)
+        if not fast:  # randomk (scaled values, indices from a seed), float16, device arrays
+            payload = super().encode_with_residual(x, residual, out, seed)
+            return payload, count_nonfinite(bk.xp, residual) == 0
+        check_float_array(x, f"{self.codec_id}.encode")
+        nonfinite = cpu_kernels().add_counting_nonfinite(residual, x)
+        payload = self.encode(residual, out=out, seed=seed)
+        h = read_header(payload, bk)
+        if h.flags & FLAG_LOST_NONFINITE:  # elements not sent decode to NaN: the plain way
+            residual -= self.decode(payload)
+            return payload, False
+        indices, values = self._sections(payload, h)
+        sent = residual[indices] - values.astype(residual.dtype)
+        residual[indices] = sent
+        return payload, nonfinite == 0 and count_nonfinite(np, sent) == 0
 
     def _sections(self, payload, h):
         """Indices (None for randomk) and values of a payload, as views."""

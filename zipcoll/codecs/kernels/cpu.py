@@ -346,6 +346,17 @@ def topk_indices(x, k):
 
 
 @njit(parallel=True, cache=True)
+def add_counting_nonfinite(r, x):
+    """r += x; how many elements of the new r are NaN/Inf (error feedback's target)."""
+    c = 0
+    for i in prange(r.size):
+        v = r[i] + x[i]
+        r[i] = v
+        c += not math.isfinite(v)
+    return c
+
+
+@njit(parallel=True, cache=True)
 def count_nonfinite(x):
     """Number of NaN/Inf elements of ``x``."""
     c = 0
