@@ -34,9 +34,20 @@ class FeedbackStore:
         self.idle_calls = idle_calls
         self._by_key: OrderedDict[Hashable, tuple[tuple, ErrorFeedback, int]] = OrderedDict()
         self._clock = 0
+        self._gone: list = []  # keys whose owner died, dropped at the next look-up
+
+    def forget_later(self, key: Hashable) -> None:
+        """Drop `key`'s residuals at the next use of the store: safe from a finalizer, which
+        may run in the middle of any other method (a list append is atomic)."""
+        self._gone.append(key)
+
+    def _drop_gone(self) -> None:
+        while self._gone:
+            self.reset(self._gone.pop())
 
     def feedback(self, key: Hashable, codec: Codec, context: tuple) -> ErrorFeedback:
         """The ErrorFeedback holding `key`'s residuals, fresh if the context changed."""
+        self._drop_gone()
         self._clock += 1
         held = self._by_key.pop(key, None)
         fresh = held is None or held[0] != (codec, context)
@@ -62,10 +73,12 @@ class FeedbackStore:
 
     def keys(self) -> list:
         """The keys that hold residuals (as given to allreduce)."""
+        self._drop_gone()
         return list(dict.fromkeys(_user_key(k) for k in self._by_key))
 
     def nbytes(self) -> int:
         """Bytes held by all residuals."""
+        self._drop_gone()
         return sum(feedback.nbytes() for _, feedback, _ in self._by_key.values())
 
 

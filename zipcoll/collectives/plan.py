@@ -207,7 +207,7 @@ _WATCHED: set[int] = set()
 
 def _forget(key: tuple) -> None:
     _WATCHED.discard(key[1])
-    encoding.FEEDBACK.reset(key)
+    encoding.FEEDBACK.forget_later(key)
 
 
 def _check_schedule(schedule: Schedule, codec: Codec) -> None:
