@@ -343,6 +343,10 @@ def test_bounds_wire_is_the_plans_bytes_on_the_link_and_codec_its_work():
     per_rank = half / 1e9 + half / 2e9 + half / 1e9 + 2 * half / 2e9
     assert codec == pytest.approx(2 * per_rank)
     assert cost.bounds(PlanShape("ring"), n, Topology(2, 0, (0, 0)), link, {}) == (0.0, 0.0)
+    # one node, no link rate (the suite's 1x4): no wire bound, the codec's work still counts
+    one_node = cost.bounds(PlanShape("ring", None, None, "int8"), n, Topology(2, 0, (0, 0)),
+                           0.0, {"int8": speed}, ranks_per_machine=2)
+    assert one_node == (0.0, pytest.approx(2 * per_rank))
 
 
 def test_calibrated_plan_times_never_fall_with_size():

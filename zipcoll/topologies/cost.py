@@ -773,11 +773,13 @@ def bounds(plan: PlanShape, nbytes: int, topology: Any, link_bytes_per_s: float,
     """
     zero = Link(0.0, 0.0)
     fast = {cid: CodecSpeed(_FREE, _FREE, _FREE) for cid in {**DEFAULT_CODECS, **codec_speeds}}
-    wire_only = Profile(zero, Link(0.0, 1.0 / link_bytes_per_s), _FREE, 0.0, 0.0, fast,
-                        {}, "wire bound")
     codec_only = Profile(zero, zero, _FREE, 0.0, 0.0, {**fast, **codec_speeds}, {}, "codec bound")
     lossless = plan.intra_codec is None and plan.inter_codec is None
-    wire = predict(plan, nbytes, topology, wire_only, dtype) if Shape.of(topology).nodes > 1 else 0.0
+    wire = 0.0  # one node (or no link rate given): no inter-node link to bound by
+    if Shape.of(topology).nodes > 1 and link_bytes_per_s > 0:
+        wire_only = Profile(zero, Link(0.0, 1.0 / link_bytes_per_s), _FREE, 0.0, 0.0, fast,
+                            {}, "wire bound")
+        wire = predict(plan, nbytes, topology, wire_only, dtype)
     codec = 0.0 if lossless else ranks_per_machine * predict(plan, nbytes, topology, codec_only, dtype)
     return wire, codec
 

@@ -1,0 +1,45 @@
+"""benchmarks/suite.py's summary checks: results far from their bound, and jumps in time."""
+import importlib.util
+import sys
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def load_suite():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "suite.py"
+    spec = importlib.util.spec_from_file_location("suite_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def row(size, ms, vs_bound=None):
+    r = {"size": size, "avg_us": ms * 1e3}
+    if vs_bound is not None:
+        r["vs_bound"] = vs_bound
+    return r
+
+
+def test_check_text_names_far_results_and_jumps():
+    suite = load_suite()
+    record = {"combos": [
+        {"combo": "ring", "codec": None,  # lossless: never listed as far from a bound
+         "rows": [row(8 * MiB, 10, 2.0), row(16 * MiB, 20, 2.0)]},
+        {"combo": "ring+sign", "codec": "sign",
+         "rows": [row(8 * MiB, 1, 3.0), row(16 * MiB, 4, 1.2), row(32 * MiB, 9, 1.5),
+                  row(512 * MiB, 30, 5.0)]},  # 512 MiB is outside 16-256 MiB
+    ]}
+    far, jumps = suite.check_text(record)[1:]
+    assert far == "Compressed, 16-256 MiB, over 1.3x the bound: ring+sign 32M (1.50)."
+    assert jumps == "Time over 3x the size below: ring+sign 16M (4.0x)."
+
+
+def test_check_text_says_none():
+    suite = load_suite()
+    record = {"combos": [{"combo": "ring+int8", "codec": "int8",
+                          "rows": [row(16 * MiB, 10, 1.1), row(32 * MiB, 20, 1.2)]}]}
+    assert suite.check_text(record)[1:] == [
+        "Compressed, 16-256 MiB, over 1.3x the bound: none.",
+        "Time over 3x the size below: none."]
