@@ -139,6 +139,8 @@ def test_error_feedback_object_as_codec(comm, count):
 def test_feedback_spec_without_key_keeps_one_set_of_residuals(comm):
     """codec="feedback:int2" parses to a new object every call: the calls still share their
     residuals (the mean over calls approaches the sum) and the store does not grow per call."""
+    if comm.size == 1:
+        pytest.skip("one rank sends nothing, so nothing is encoded")
     x = rank_data("float32", 300, comm.rank)
     exact = expected(comm, x).astype(np.float64)
     zipcoll.feedback.reset()
@@ -154,6 +156,8 @@ def test_feedback_spec_without_key_keeps_one_set_of_residuals(comm):
 
 def test_residuals_of_a_feedback_object_go_with_it(comm):
     import gc
+    if comm.size == 1:
+        pytest.skip("one rank sends nothing, so nothing is encoded")
     zipcoll.feedback.reset()
     codec = zipcoll.codecs.ErrorFeedback(zipcoll.get_codec("int8"))
     zipcoll.allreduce(rank_data("float32", 64, comm.rank), comm=comm, algorithm="ring", codec=codec)
