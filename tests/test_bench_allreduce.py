@@ -118,3 +118,22 @@ def test_run_on_two_ranks(tmp_path):
     assert record["mpi_library"] and record["hostname"] and record["timestamp"]
     assert [r["size"] for r in record["rows"]] == [4 << i for i in range(11)]
     assert all(r["validation"] == "PASS" and r["avg_us"] > 0 for r in record["rows"])
+
+
+def test_first_size_warms_up_before_the_probe():
+    """A process's first calls (kernel loads, connections) must not size the time budget:
+    at the first size each call runs once untimed before the probe; later sizes probe only."""
+    from mpi4py import MPI
+    args = bench.build_parser().parse_args(["-m", "4K:8K", "--time-budget", "1"])
+    b = bench.Bench(args, MPI.COMM_SELF)
+    calls = {"native": 0, "ours": 0}
+
+    def counted(name):
+        def call():
+            calls[name] += 1
+        return call
+
+    b.iteration_counts(4096, counted("native"), counted("ours"))
+    assert calls == {"native": 2, "ours": 2}  # warm-up, then the probe
+    b.iteration_counts(8192, counted("native"), counted("ours"))
+    assert calls == {"native": 3, "ours": 3}  # the probe only
