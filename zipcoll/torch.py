@@ -27,8 +27,9 @@ refuses error feedback before iteration 2).
 
 Overlap (`overlap=True`): each bucket's all-reduce is started (`zipcoll.iallreduce`) and
 its future returned unfinished, so the backward pass computes the next layers' gradients
-while the bucket is on the wire. zipcoll's progress engine is not thread-safe, so nothing
-runs in the background: the calls advance when the next bucket's hook starts its own,
+while the bucket is on the wire. zipcoll's progress engine runs no thread of its own (each
+thread that calls zipcoll advances its own calls), so nothing runs in the background: the
+calls advance when the next bucket's hook starts its own,
 and the hook of the last bucket (`bucket.is_last()`) finishes every call of the pass
 and completes their futures, all on the thread that runs backward. DDP waits on the
 futures only after that, when backward ends. MPI moves data only inside MPI calls

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -28,35 +29,53 @@ _SCRATCH_IDLE_CALLS = 32
 class Transport:
     """Point-to-point moves, native collectives and scratch memory on a private communicator."""
 
-    def __init__(self, comm: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, agree_comm: MPI.Comm | None = None,
+                 duplicating: list | None = None, parent: MPI.Comm | None = None):
         self.comm = comm
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
+        # agreements go on a communicator of their own: they are posted at the start of each
+        # call, in start order, while the schedules' own collectives are posted later
+        self.agree_comm = comm if agree_comm is None else agree_comm
+        # the Idup requests of both, until the first call has seen them complete
+        self.duplicating: list = duplicating or []
+        known = comm if parent is None else parent  # a duplicate in progress cannot be asked
+        self.rank = known.Get_rank()
+        self.size = known.Get_size()
         self._calls = 0
         self._tag_blocks = _tag_blocks(comm)
-        self._held_tags: set[int] = set()
+        self._held_tags: dict[int, deque] = {}  # tag block -> tickets of its calls, oldest first
         self._scratch: dict[str, list[Any]] = {}
         self._subs: dict[Any, tuple["Transport", ...]] = {}
+
+    def duplicated(self) -> None:
+        """The duplicates are complete (the caller saw their requests complete)."""
+        self.duplicating = []
 
     def next_tag(self) -> int:
         """The first of TAGS_PER_CALL tags of the next call (every rank counts calls alike).
 
-        The caller waits while `tag_held(tag)`, then holds it until the call ends.
+        The call holds the block from now (`hold_tag`) until it ends (`release_tag`), and
+        runs only while it is the block's oldest holder (`tag_turn`): a block that wraps
+        onto calls still in flight goes to them in start order, as on every other rank.
         """
         self._calls += 1
-        return (self._calls % self._tag_blocks) * TAGS_PER_CALL
+        tag = (self._calls % self._tag_blocks) * TAGS_PER_CALL
+        return tag
 
-    def tag_held(self, tag: int) -> bool:
-        """Whether a call in flight still holds the block starting at `tag`."""
-        return tag in self._held_tags
+    def hold_tag(self, tag: int) -> object:
+        """Queue a new call for tag block `tag`; its ticket."""
+        ticket = object()
+        self._held_tags.setdefault(tag, deque()).append(ticket)
+        return ticket
 
-    def holding_tag(self, tag: int, steps: Any) -> Any:
-        """`steps`, holding the tag block from now until they end (or are dropped)."""
-        self._held_tags.add(tag)
-        try:
-            yield from steps
-        finally:
-            self._held_tags.discard(tag)
+    def tag_turn(self, tag: int, ticket: object) -> bool:
+        """Whether the call of `ticket` is the oldest holding block `tag`."""
+        return self._held_tags[tag][0] is ticket
+
+    def release_tag(self, tag: int, ticket: object) -> None:
+        holders = self._held_tags[tag]
+        holders.remove(ticket)
+        if not holders:
+            del self._held_tags[tag]
 
     # -- point to point ------------------------------------------------------------
     def isend(self, arr: Any, dest: int, tag: int) -> MPI.Request:
@@ -79,6 +98,13 @@ class Transport:
         peers = [j for j in range(self.size) if j != self.rank]
         return ([self.irecv(recvs[j], j, tag) for j in peers]
                 + [self.isend(send, j, tag) for j in peers])
+
+    def exchange_shown(self, send: Any, recvs: list, turn: int) -> list:
+        """`exchange_with_all` on the agreements' communicator (a mismatch's descriptions)."""
+        peers = [j for j in range(self.size) if j != self.rank]
+        tag = turn % (_tag_upper_bound() + 1)
+        return ([self.agree_comm.Irecv([recvs[j], MPI.BYTE], j, tag) for j in peers]
+                + [self.agree_comm.Isend([send, MPI.BYTE], j, tag) for j in peers])
 
     # -- collectives the schedules lean on ----------------------------------------
     def allreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> None:
@@ -114,7 +140,7 @@ class Transport:
 
     def iagree(self, values: list[int]) -> "Agreement":
         """`agree` started, not waited (one Iallreduce); read it once its request is done."""
-        return Agreement(self.comm, values)
+        return Agreement(self.agree_comm, values)
 
     # -- scratch memory ------------------------------------------------------------
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> Any:
@@ -180,6 +206,8 @@ class Transport:
     def free(self) -> None:
         """Free the private communicator and its sub-communicators (no-op after Finalize)."""
         self._scratch.clear()
+        if not MPI.Is_finalized() and self.agree_comm not in (MPI.COMM_NULL, self.comm):
+            self.agree_comm.Free()
         subs = [sub for group in self._subs.values() for sub in group]
         self._subs.clear()
         for sub in subs:
@@ -226,9 +254,11 @@ def transport_for(comm: MPI.Comm) -> Transport:
         _keyval = MPI.Comm.Create_keyval(delete_fn=_delete_transport)
     transport = comm.Get_attr(_keyval)
     if transport is None:
-        # Dup() keeps the caller's class: a zipcoll.Intracomm's Allreduce would recurse
+        # Dup() keeps the caller's class: a zipcoll.Intracomm's Allreduce would recurse.
+        # Idup: a first call on `comm` must not wait for the other ranks to start it.
         plain = MPI.Intracomm(comm) if isinstance(comm, MPI.Intracomm) else MPI.Comm(comm)
-        transport = Transport(plain.Dup())
+        (private, first), (agreeing, second) = plain.Idup(), plain.Idup()
+        transport = Transport(private, agreeing, [first, second], parent=plain)
         comm.Set_attr(_keyval, transport)
     return transport
 
@@ -237,10 +267,13 @@ def _delete_transport(comm: MPI.Comm, keyval: int, transport: Transport) -> None
     transport.free()
 
 
+def _tag_upper_bound() -> int:
+    return MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767  # predefined on COMM_WORLD
+
+
 def _tag_blocks(comm: MPI.Comm) -> int:
     """How many tag blocks this communicator's MPI offers (and ZIPCOLL_TAG_BLOCKS allows)."""
-    upper = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767  # predefined on COMM_WORLD
-    blocks = (upper + 1) // TAGS_PER_CALL
+    blocks = (_tag_upper_bound() + 1) // TAGS_PER_CALL
     limit = os.environ.get("ZIPCOLL_TAG_BLOCKS")
     return max(2, min(blocks, int(limit))) if limit else blocks
 

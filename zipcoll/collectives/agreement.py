@@ -1,19 +1,28 @@
-"""The agreement check: one small Allreduce before data moves, so no rank waits forever.
+"""The agreement check: one small Iallreduce before data moves, so no rank waits forever.
 
 Each rank states a signature: first whether it rejected its own arguments, then numbers
 every rank must agree on (count, dtype, op, ...), then any extra numbers whose maximum
 the caller wants. A rank that rejected its arguments raises the reason; every other rank
 raises MismatchError; ranks that disagree all raise MismatchError naming the fields.
+
+The agreement is a call's own first non-blocking step (`agree` is a generator of
+steps): posted in the order the calls started on the communicator, on a duplicate of
+its own, so that it matches across ranks whatever else is in flight.
 """
 from __future__ import annotations
 
+import json
 import zlib
 from typing import Callable
 
 import numpy as np
 
 from zipcoll.collectives.context import Context
+from zipcoll.collectives.schedule import Steps
 from zipcoll.errors import MismatchError
+
+# How each rank describes its fields when ranks disagree: a JSON record of this many bytes.
+_SHOWN_BYTES = 2048
 
 
 def code(text: str) -> int:
@@ -21,24 +30,22 @@ def code(text: str) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
-def agree(ctx: Context, signature: list[int], fields: tuple[str, ...],
-          error: Exception | None, what: str, shown: Callable[[], list[str]],
-          blocking: bool) -> np.ndarray:
-    """Raise on every rank unless all accepted and agree on `fields`; the maxima of the signature.
+def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...],
+          error: BaseException | None, what: str, shown: Callable[[], list[str]]) -> Steps:
+    """Steps that raise on every rank unless all accepted and agree on `fields`; they return
+    the maxima of the signature.
 
+    `turn`: the call's number on the communicator (`Context.begin`): the agreement is
+    posted when every older call has posted its own (or passed its turn).
     `signature[0]` is 1 where this rank rejected its arguments (raising `error`);
     `signature[i]` for 1 <= i < len(fields) must be equal everywhere (`fields[i]` names it);
     `shown()[i]` is how this rank describes its value of field i, for the message.
-    `blocking`: one Allreduce (the caller drained the engine: nothing is in flight);
-    else an Iallreduce waited through the engine, so the calls in flight keep moving.
-    Every rank makes the same choice for a call (MPI does not match the two kinds).
     """
-    if blocking:
-        lows, highs = ctx.transport.agree(signature)
-    else:
-        agreement = ctx.transport.iagree(signature)
-        ctx.engine.wait_mpi(agreement.request)
-        lows, highs = agreement.lows(), agreement.highs()
+    yield from ctx.my_turn(turn)
+    agreement = ctx.transport.iagree(signature)
+    ctx.pass_turn(turn)
+    yield [agreement.request]
+    lows, highs = agreement.lows(), agreement.highs()
     if error is not None:
         raise error
     if highs[0]:
@@ -46,15 +53,34 @@ def agree(ctx: Context, signature: list[int], fields: tuple[str, ...],
                             "(it raised the reason); nothing was sent")
     differing = [i for i in range(1, len(fields)) if lows[i] != highs[i]]
     if differing:
+        everyone = yield from _everyones(ctx, turn, shown())
         raise MismatchError(f"ranks disagree on this {what}; nothing was sent:\n"
-                            + _what_each_had(ctx, differing, fields, shown))
+                            + _what_each_had(everyone, differing, fields))
     return highs
 
 
-def _what_each_had(ctx: Context, differing: list[int], fields: tuple[str, ...],
-                   shown: Callable[[], list[str]]) -> str:
-    """One line a differing field, naming each rank's value (every rank takes this path)."""
-    everyone = ctx.transport.comm.allgather(shown())
+def _everyones(ctx: Context, turn: int, mine: list[str]) -> Steps:
+    """Every rank's `mine`, in rank order: point to point on the agreements' communicator,
+    tagged by the call's turn, so it needs no place in the order of collectives."""
+    t = ctx.transport
+    record = np.zeros(_SHOWN_BYTES, np.uint8)
+    text = json.dumps([value[:200] for value in mine]).encode()[:_SHOWN_BYTES]
+    record[:len(text)] = np.frombuffer(text, np.uint8)
+    records = [np.zeros(_SHOWN_BYTES, np.uint8) for _ in range(t.size)]
+    records[t.rank][...] = record
+    yield t.exchange_shown(record, records, turn)
+    return [_decoded(r) for r in records]
+
+
+def _decoded(record: np.ndarray) -> list[str] | None:
+    try:
+        return json.loads(record.tobytes().rstrip(b"\0").decode())
+    except ValueError:  # cut inside a value: a description too long to show
+        return None
+
+
+def _what_each_had(everyone: list, differing: list[int], fields: tuple[str, ...]) -> str:
+    """One line a differing field, naming each rank's value."""
     lines = []
     for i in differing:
         values = [("?" if row is None else row[i]) for row in everyone]

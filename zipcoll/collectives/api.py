@@ -5,8 +5,8 @@ agreement check (one small Iallreduce, on by default for every call; ZIPCOLL_CHE
 turns it off): a rank that rejects its arguments still joins it, so every other rank
 learns of the failure and raises too, instead of waiting; ranks that disagree on count,
 dtype, op, algorithm, codec or layout all raise MismatchError naming what each had.
-Every call runs through its communicator's progress engine (`progress`), so
-non-blocking calls complete in any order on each rank.
+Every call runs through its thread's progress engine (`progress`) as a generator of
+non-blocking steps (`call`), so non-blocking calls complete in any order on each rank.
 """
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ from typing import Any, Hashable
 from mpi4py import MPI
 
 from zipcoll.collectives import registry
-from zipcoll.collectives.agreement import agree, code
+from zipcoll.collectives.agreement import code
+from zipcoll.collectives.call import Call, start
+from zipcoll.collectives.progress import check_threads
 from zipcoll.collectives.context import Context, context_for
-from zipcoll.collectives.dispatch import splits_communicator, steps_for
+from zipcoll.collectives.dispatch import split_keys, steps_for, uses_collectives
 from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import Plan, make_plan
 from zipcoll.collectives.progress import Request
@@ -63,32 +65,25 @@ def iallreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
 
 def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: str,
            codec: Any, key: Hashable, topology: Topology | None, blocking: bool) -> Request:
-    """Validate, agree, and start one call (its first step is posted).
+    """Start one call (`call.start`): checks, agreement and schedule as its steps.
 
-    A blocking call first finishes every call in flight (advancing them all, as MPI
-    would in the background), then uses MPI's blocking collectives: nothing can then
-    wait on this rank. A non-blocking call never blocks in MPI. As in MPI, every rank
-    must make the same kind of call (blocking or not) for a given all-reduce.
+    Nothing waits for another rank here; a blocking call is the Request waited on.
     """
+    check_threads()
     ctx = context_for(comm)
     abort_on_error.install()
-    if blocking:
-        ctx.engine.drain()
-    selector = ctx.selector  # on every call: its first use is collective on every rank
-    try:
-        plan, error = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
-                                _topology(ctx, topology), selector), None
-    except (TypeError, ValueError) as exc:
-        plan, error = None, exc
-    if checks_enabled():
-        _agree(ctx, plan, error, algorithm, blocking)
-    elif error is not None:
-        raise error
-    if splits_communicator(ctx.transport, plan):
-        ctx.engine.drain()  # a split is a blocking collective: nothing may wait on this rank
-    tag = ctx.next_tag()
-    steps = steps_for(ctx.transport, plan, tag, blocking)
-    return Request(ctx.engine, ctx.transport.holding_tag(tag, steps), plan.outcome)
+
+    def prepare() -> Plan:
+        return make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
+                         _topology(ctx, topology), ctx.selector)
+
+    return start(Call(ctx, "all-reduce", _FIELDS, prepare,
+                      lambda plan: _signature(plan, algorithm),
+                      lambda plan: _shown(plan, algorithm),
+                      lambda plan: uses_collectives(ctx.transport, plan),
+                      lambda plan: ctx.first_use(split_keys(plan)),
+                      lambda plan, tag, _: steps_for(ctx.transport, plan, tag),
+                      lambda plan: plan.outcome(), checks_enabled()), blocking)
 
 
 def _topology(ctx: Context, topology: Topology | None) -> Topology:
@@ -133,13 +128,6 @@ def _layout_text(topology: Topology) -> str:
 
 
 _code = functools.lru_cache(maxsize=1024)(code)
-
-
-def _agree(ctx: Context, plan: Plan | None, error: Exception | None, algorithm: str,
-           blocking: bool) -> None:
-    """Raise on every rank if any rank rejected its input or the ranks differ."""
-    agree(ctx, _signature(plan, algorithm), _FIELDS, error, "all-reduce",
-          lambda: _shown(plan, algorithm), blocking)
 
 
 class Intracomm(MPI.Intracomm):

@@ -1,4 +1,4 @@
-"""What zipcoll keeps per communicator: its transport and its topology (and the engine).
+"""What zipcoll keeps per communicator: its transport, its topology, and its calls' order.
 
 Made on the first call on a communicator (collectively: a private duplicate, and the
 topology's one allgather) and dropped with the communicator.
@@ -6,54 +6,139 @@ topology's one allgather) and dropped with the communicator.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from collections import deque
 from typing import Any
 
 from mpi4py import MPI
 
 from zipcoll.codecs.backend import machine_identity, share_machine_cores
-from zipcoll.collectives.progress import ENGINE, Engine
+from zipcoll.collectives.progress import Engine, Gate, current, run
+from zipcoll.collectives.schedule import Steps
 from zipcoll.topologies import Topology
 from zipcoll.transport import Transport, transport_for
 
 
-@dataclass
 class Context:
-    """One communicator's transport, (found on first use) topology, and the process's engine."""
+    """One communicator's transport, its topology and selector (found on first use), and the
+    order of its calls.
 
-    transport: Transport
-    engine: Engine = ENGINE
-    _topology: Topology | None = None
-    _selector: Any = None
+    MPI matches calls on one communicator in the order each rank starts them, so each
+    call takes its number at start (`begin`), and the steps that must match across ranks
+    in that order wait at a `Gate` for their turn: posting the agreement, reading its
+    answer, and running a schedule that calls MPI's own collectives (or splits the
+    communicator). Calls on other communicators never wait for these turns.
+    """
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self._topology: Topology | None = None
+        self._selector: Any = None
+        self._preparing = False
+        self.started = 0  # calls begun, in start order
+        self.agreements_posted = 0  # of them, how many posted their agreement (or passed)
+        self._passed: set[int] = set()  # turns passed out of order, waiting for older ones
+        self.collective_turns: deque = deque()  # calls that run MPI collectives, in start order
+        self._requested: set = set()  # sub-communicator layouts some started call needs
+        self.live = 0  # calls in flight
+        self.owner: Engine | None = None  # the engine (thread) of the calls in flight
+
+    @property
+    def ready(self) -> bool:
+        """Whether the topology and selector are known (no collective left to prepare)."""
+        return self._selector is not None
+
+    def preparing(self) -> Steps:
+        """The first use's collective steps: the private duplicate's completion, then the
+        topology and rank 0's profile. Other calls wait for the one that runs them."""
+        while not self.ready:
+            if self._preparing:
+                yield Gate(lambda: not self._preparing)
+                continue
+            self._preparing = True
+            try:
+                if self.transport.duplicating:
+                    yield self.transport.duplicating
+                # all ranks have started this call (the duplicate completed): the blocking
+                # collectives on the private communicator below meet every rank there
+                self._prepare()
+            finally:
+                self._preparing = False
+
+    def _prepare(self) -> None:
+        from zipcoll.topologies.explain import shared_profile
+
+        self.transport.duplicated()
+        topology = Topology.from_comm(self.transport.comm)
+        # the CPU kernels' threads: this machine's cores shared by every rank on them
+        identities = self.transport.allgather_object(machine_identity())
+        share_machine_cores(identities, self.transport.rank)
+        self._topology = topology
+        self._selector = shared_profile(self.transport.comm)
+
+    def _ensure(self) -> None:
+        if not self.ready:
+            run(current(), self.preparing())
 
     @property
     def selector(self) -> Any:
         """algorithm="auto"'s cost model, with rank 0's profile (collective on first use)."""
-        if self._selector is None:
-            from zipcoll.topologies.explain import shared_profile
-
-            self.engine.drain()
-            self._selector = shared_profile(self.transport.comm)
+        self._ensure()
         return self._selector
 
     @property
     def topology(self) -> Topology:
-        """The communicator's nodes (collective on first use: no call may be in flight)."""
-        if self._topology is None:
-            self.engine.drain()
-            self._topology = Topology.from_comm(self.transport.comm)
-            # the CPU kernels' threads: this machine's cores shared by every rank on them
-            identities = self.transport.allgather_object(machine_identity())
-            share_machine_cores(identities, self.transport.rank)
+        """The communicator's nodes (collective on first use)."""
+        self._ensure()
         return self._topology
 
+    def claim(self, engine: Engine) -> None:
+        """A call starts on `engine`'s thread: RuntimeError if another thread's calls are in
+        flight here (MPI matches a communicator's calls in start order, which two threads
+        at once cannot keep alike on every rank)."""
+        if self.live and self.owner is not engine:
+            raise RuntimeError(
+                f"thread {engine.thread!r} started a zipcoll call on a communicator on which "
+                f"thread {self.owner.thread!r} has calls in flight: use one communicator per "
+                "thread (e.g. comm.Dup() for each)")
+        self.owner = engine
+
+    def begin(self) -> int:
+        """A call starts here: its number, in start order (the same on every rank)."""
+        self.started += 1
+        self.live += 1
+        return self.started - 1
+
+    def end(self) -> None:
+        self.live -= 1
+
+    def first_use(self, layouts: list) -> bool:
+        """Whether a call that needs these sub-communicator layouts is the first to (the
+        same on every rank: it counts started calls, not splits done)."""
+        new = [layout for layout in layouts if layout not in self._requested]
+        self._requested.update(new)
+        return bool(new)
+
+    def my_turn(self, turn: int) -> Steps:
+        """Wait until every call older than number `turn` has posted its agreement."""
+        if self.agreements_posted != turn:
+            yield Gate(lambda: self.agreements_posted == turn)
+
+    def pass_turn(self, turn: int) -> None:
+        """Call `turn` has posted its agreement, or will post none (idempotent)."""
+        if turn >= self.agreements_posted:
+            self._passed.add(turn)
+        while self.agreements_posted in self._passed:
+            self._passed.discard(self.agreements_posted)
+            self.agreements_posted += 1
+
+    def collective_turn(self, ticket: object) -> Steps:
+        """Wait until every older call that runs MPI collectives here has ended."""
+        if self.collective_turns[0] is not ticket:
+            yield Gate(lambda: self.collective_turns[0] is ticket)
+
     def next_tag(self) -> int:
-        """The first tag of a new call's block; waits (advancing the others) while the block
-        it wraps onto is still held by a call in flight."""
-        tag = self.transport.next_tag()
-        if self.transport.tag_held(tag):
-            self.engine.wait_until(lambda: not self.transport.tag_held(tag))
-        return tag
+        """The first tag of a new call's block (taken at start, in start order)."""
+        return self.transport.next_tag()
 
 
 _CONTEXTS: "weakref.WeakKeyDictionary[Transport, Context]" = weakref.WeakKeyDictionary()

@@ -19,36 +19,34 @@ from zipcoll.codecs import Codec
 from zipcoll.transport import Transport, cuda_aware
 
 
-def steps_for(t: Transport, plan: Plan, tag: int, blocking: bool) -> Steps:
+def steps_for(t: Transport, plan: Plan, tag: int) -> Steps:
     """The steps of `plan`, with tags from `tag` on; device data goes through host memory
-    if MPI cannot read it. `blocking`: MPI's own collectives may block (nothing else is in
-    flight on the communicator)."""
+    if MPI cannot read it."""
     send = plan.send.array if plan.send is not None else None
     recv = plan.recv
     if recv.device == HOST:
-        return _steps_on(t, plan, send, recv.array, np, tag, blocking)
+        return _steps_on(t, plan, send, recv.array, np, tag)
     buffers.synchronize(recv)  # the producer's stream: before MPI or a copy reads the memory
     device = devices.device_of(recv)
     if not devices.needs_staging(recv, cuda_aware()):  # MPI reads the device memory itself
-        return _steps_on(t, plan, send, recv.array, device.xp or np, tag, blocking)
+        return _steps_on(t, plan, send, recv.array, device.xp or np, tag)
     if plan.codec is None and plan.intra_codec is None:
-        return _staged(t, plan, device, tag, blocking)
+        return _staged(t, plan, device, tag)
     # the codec encodes on the device; only packed bytes cross to the host
-    return _steps_on(t, plan, send, recv.array, devices.PINNED, tag, blocking,
+    return _steps_on(t, plan, send, recv.array, devices.PINNED, tag,
                      stage=staging.Stage(device, t))
 
 
 def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
-              blocking: bool, stage: staging.Stage | None = None) -> Steps:
+              stage: staging.Stage | None = None) -> Steps:
     """The schedule's steps on `recv` (and `send`), scratch from `xp`; `stage` wraps each
     encoding (device data staged through host memory)."""
     recv = recv[: plan.count]
     schedule = plan.schedule
     if schedule.native:
-        steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
-                             blocking=blocking)
+        steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send)
     elif schedule.two_level:
-        steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, blocking, stage))
+        steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, stage))
     else:
         steps = _sliced(plan, recv, send, tag, _flat(t, plan, tag, xp, stage))
     return _scaled(steps, recv, t.size) if plan.mean else steps
@@ -96,6 +94,16 @@ def _layout(plan: Plan) -> tuple:
     return (plan.schedule.name, plan.topology.node_of, plan.topology.grid)
 
 
+def split_keys(plan: Plan) -> list:
+    """What names each sub-communicator the steps of `plan` need (the same on every rank)."""
+    if plan.schedule.native:
+        return []
+    if plan.schedule.two_level:
+        return [_layout(plan)]
+    topology = plan.topology
+    return [] if topology.ring_is_rank_order else [("order", tuple(topology.ring_order()))]
+
+
 def splits_communicator(t: Transport, plan: Plan) -> bool:
     """Whether the steps of `plan` would first split t's communicator (collective, blocking)."""
     if plan.schedule.native:
@@ -106,12 +114,18 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
     return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
 
 
-def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool,
+def uses_collectives(t: Transport, plan: Plan) -> bool:
+    """Whether the steps of `plan` call MPI's own collectives on t (or its sub-communicators),
+    which match by the order they are posted in, or split t first (blocking, collective)."""
+    return (plan.schedule.native or plan.inner is not None and plan.inner.native
+            or splits_communicator(t, plan))
+
+
+def _two_level(t: Transport, plan: Plan, tag: int, xp: Any,
                stage: staging.Stage | None = None) -> SliceRun:
     """The two-level schedule's run of one slice."""
     levels = Levels(*t.split(_layout(plan), plan.schedule.split(plan.topology)))
     inner = plan.inner
-    extra = {"blocking": blocking} if inner.native else {}
 
     def one(buf: Any, send: Any, slice_tag: int, scope: str) -> Steps:
         # the allgather's seeds are alike on every node: the same bytes decode alike
@@ -125,8 +139,8 @@ def _two_level(t: Transport, plan: Plan, tag: int, xp: Any, blocking: bool,
             if stage is not None and not inner.codecs:  # MPI would read the shard itself
                 copy_in(shard, send2)
                 return stage.on_host(t2, shard, lambda host: inner.run(
-                    t2, host, Lossless(plan.op, plan.recv.dtype), tag2, np, **extra))
-            return inner.run(t2, shard, inter, tag2, xp2, send=send2, **extra)
+                    t2, host, Lossless(plan.op, plan.recv.dtype), tag2, np))
+            return inner.run(t2, shard, inter, tag2, xp2, send=send2)
 
         return two_level(levels, buf, intra, across, slice_tag, xp, send)
 
@@ -153,8 +167,7 @@ def _scaled(steps: Steps, arr: Any, size: int) -> Steps:
     arr /= size
 
 
-def _staged(t: Transport, plan: Plan, device: devices.Device, tag: int,
-            blocking: bool) -> Steps:
+def _staged(t: Transport, plan: Plan, device: devices.Device, tag: int) -> Steps:
     """Lossless device data through pinned host memory, in chunks (`staging.through_pinned`),
     each chunk all-reduced on the host by the plan's own schedule."""
     count = plan.count
@@ -165,6 +178,6 @@ def _staged(t: Transport, plan: Plan, device: devices.Device, tag: int,
         chunk = dataclasses.replace(plan, send=None, recv=Buffer(host, HOST, host, host.shape),
                                     recvbuf=host)
         chunk.slicing = slicing_of(chunk)  # slices sized to the chunk
-        return _steps_on(t, chunk, None, host, np, tag, blocking)
+        return _steps_on(t, chunk, None, host, np, tag)
 
     return staging.through_pinned(t, source, target, reduce_chunk)

@@ -23,7 +23,7 @@ from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup
 from zipcoll.collectives.registry import SCHEDULES, Schedule
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 from zipcoll.topologies import Topology
-from zipcoll.transport import TAGS_PER_CALL
+from zipcoll.transport import TAGS_PER_CALL, cuda_awareness
 
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -94,6 +94,9 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     if mean and source.dtype.kind not in "fc":
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
     intra_codec, flat_codec, key = _codecs(codec, schedule, inner, key)
+    _check_key(key)
+    if source.device != buffers.HOST:
+        cuda_awareness()  # a bad ZIPCOLL_CUDA_AWARE raises here, before the agreement
     if flat_codec is not None or intra_codec is not None:
         _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
     if schedule is not None and schedule.two_level:
@@ -118,6 +121,16 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         plan.inner = SCHEDULES[select.default_inner(flat_codec)]
     plan.slicing = _slicing(plan)
     return plan
+
+
+def _check_key(key: Hashable) -> None:
+    """The error-feedback key names residuals in a dict: it must hash (checked before the
+    agreement, so every rank learns of it)."""
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(f"key must be hashable (a str, int or tuple), not "
+                        f"{type(key).__name__}") from None
 
 
 def _buffers(sendbuf: Any, recvbuf: Any) -> tuple[Buffer | None, Buffer | None]:

@@ -20,7 +20,7 @@ as Rabenseifner folds (`pof2_fold`). The root is new rank 0; every rank returns 
 bytes. A message has a fixed size (an int64 count, room for k indices and k values), so
 receivers preallocate and the broadcast is one message.
 
-The agreement check (one small Allreduce) runs first: ranks must agree on the dtypes,
+The agreement check (one small Iallreduce) runs first: ranks must agree on the dtypes,
 algorithm, size and k, and a rank that rejects its arguments still joins it.
 """
 from __future__ import annotations
@@ -34,9 +34,10 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import CUDA, Buffer
 from zipcoll.codecs.base import align8
-from zipcoll.collectives.agreement import agree, code
-from zipcoll.collectives.context import Context, context_for
-from zipcoll.collectives.progress import run
+from zipcoll.collectives.agreement import code
+from zipcoll.collectives.call import Call, start
+from zipcoll.collectives.progress import check_threads
+from zipcoll.collectives.context import context_for
 from zipcoll.collectives.schedule import Steps
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies.trees import pof2_fold, pof2_rank
@@ -71,8 +72,7 @@ def sparse_allgather(values: Any, indices: Any, *, comm: MPI.Intracomm = MPI.COM
 
     >>> idx, val, counts = zipcoll.sparse_allgather(val, idx)   # doctest: +SKIP
     """
-    ctx, call, k = _start(values, indices, comm, algorithm, None, k, None)
-    return _combined(ctx, call, k)
+    return _run(values, indices, comm, algorithm, None, k, None)[1]
 
 
 def sparse_allreduce(values: Any, indices: Any, size: int, *,
@@ -83,8 +83,7 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     Adds in rank order, so every rank gets the same bits. With "gtopk" only the global
     top-k entries (see `sparse_allgather`) are non-zero.
     """
-    ctx, call, k = _start(values, indices, comm, algorithm, size, k, out)
-    all_indices, all_values, _ = _combined(ctx, call, k)
+    call, (all_indices, all_values, _) = _run(values, indices, comm, algorithm, size, k, out)
     dense = np.zeros(size, call.values.dtype)
     np.add.at(dense, all_indices, all_values)  # sequential: rank order, same bits everywhere
     if call.out is None:
@@ -98,18 +97,27 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
 
 # -- checks -------------------------------------------------------------------------------
 
-def _start(values: Any, indices: Any, comm: MPI.Intracomm, algorithm: str, size: int | None,
-           k: int | None, out: Any) -> tuple[Context, SparseCall, int]:
-    """Validate, then agree (every rank, even one that rejected its arguments); k to use."""
+def _run(values: Any, indices: Any, comm: MPI.Intracomm, algorithm: str, size: int | None,
+         k: int | None, out: Any) -> tuple[SparseCall, tuple]:
+    """Validate, agree (every rank, even one that rejected its arguments), gather: the
+    validated call and (indices, values, counts). A blocking call in the communicator's
+    order (`call.start`)."""
+    check_threads()
     ctx = context_for(comm)
     abort_on_error.install()
-    ctx.engine.drain()  # a blocking call: finish the calls in flight first
-    try:
-        call, error = _validate(values, indices, algorithm, size, k, out), None
-    except (TypeError, ValueError) as exc:
-        call, error = None, exc
-    largest_nnz = _agree(ctx, call, error)
-    return ctx, call, largest_nnz if call.k is None else call.k
+
+    def steps(call: SparseCall, tag: int, highs: Any) -> Steps:
+        largest_nnz = int(highs[len(_FIELDS)])
+        combined = yield from _combined(ctx.transport, call, largest_nnz if call.k is None
+                                        else call.k, tag)
+        gathered.append(combined)
+
+    gathered: list = []
+    call = Call(ctx, "sparse collective", _FIELDS,
+                lambda: _validate(values, indices, algorithm, size, k, out), _signature, _shown,
+                collective=lambda call: True, first_use=lambda call: False, steps=steps,
+                outcome=lambda call: (call, gathered[0]))
+    return start(call, blocking=True).wait()
 
 
 def _validate(values: Any, indices: Any, algorithm: str, size: int | None, k: int | None,
@@ -185,13 +193,6 @@ def _signature(call: SparseCall | None) -> list[int]:
             -1 if call.k is None else call.k, call.indices.size]
 
 
-def _agree(ctx: Context, call: SparseCall | None, error: Exception | None) -> int:
-    """Raise on every rank if any rejected or they differ; else the largest nnz."""
-    highs = agree(ctx, _signature(call), _FIELDS, error, "sparse collective",
-                  lambda: _shown(call), blocking=True)
-    return int(highs[len(_FIELDS)])
-
-
 def _shown(call: SparseCall | None) -> list[str]:
     """How this rank describes the fields it must agree on (for the mismatch message)."""
     if call is None:
@@ -202,17 +203,17 @@ def _shown(call: SparseCall | None) -> list[str]:
 
 # -- dispatch -----------------------------------------------------------------------------
 
-def _combined(ctx: Context, call: SparseCall, k: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Run the call's schedule through the communicator's engine: (indices, values, counts)."""
-    t = ctx.transport
+def _combined(t: Transport, call: SparseCall, k: int, tag: int) -> Steps:
+    """The call's schedule; its steps return (indices, values, counts)."""
     if call.algorithm == "gtopk":
         wire = Wire(k, call.indices.dtype, call.values.dtype)
         msg = wire.pack(*top_k(*combine(call.indices, call.values), k))
-        tag = ctx.next_tag()
-        run(ctx.engine, t.holding_tag(tag, gtopk_sparse(t, msg, wire, tag)))
+        yield from gtopk_sparse(t, msg, wire, tag)
         indices, values = (a.copy() for a in wire.unpack(msg))
         return indices, values, [int(indices.size)]
-    return run(ctx.engine, *allgatherv_sparse(t, call.indices, call.values))
+    steps, gathered = allgatherv_sparse(t, call.indices, call.values)
+    yield from steps
+    return gathered()
 
 
 # -- allgatherv ---------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""One collective call from start to end, in its communicator's order, without blocking.
+
+Every zipcoll collective (all-reduce, sparse all-gather) starts the same way: take its
+number and tag on the communicator, check its arguments locally, agree with the other
+ranks (a non-blocking step), wait for its turn if its schedule calls MPI's own
+collectives, then run its schedule. `start` returns the Request at once: nothing here
+waits for another rank, so a non-blocking call is non-blocking however late the others
+are, and a blocking call is the same call waited on (advancing the thread's other calls
+on every communicator meanwhile, never finishing them first).
+
+    rank 0: a = iallreduce(x, comm=A); allreduce(y, comm=B); a.wait()
+    rank 1: allreduce(y, comm=B); a = iallreduce(x, comm=A); a.wait()
+
+completes: calls on different communicators are independent. On one communicator,
+calls match in the order each rank starts them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from zipcoll.collectives.agreement import agree
+from zipcoll.collectives.context import Context
+from zipcoll.collectives.progress import Gate, Request, current
+from zipcoll.collectives.schedule import Steps
+
+
+@dataclass
+class Call:
+    """What a collective needs to start: its checks, what ranks compare, and its steps.
+
+    `prepare()`: the local checks, giving the call's plan (any exception is this rank's
+    rejection, which every rank then raises); `signature(plan)` / `shown(plan)`: the
+    numbers ranks compare and how this rank describes them (plan None: rejected);
+    `collective(plan)`: whether its steps call MPI's collectives (or split the
+    communicator: also collective); `first_use(plan)`: whether it is the first call to
+    need a split (the agreement then runs even with checks off: only an agreement tells
+    that every rank has started the call); `steps(plan, tag, highs)`: the schedule (`highs`: the agreement's maxima, None
+    without one);
+    `outcome(plan)`: what a wait returns.
+    """
+
+    ctx: Context
+    what: str
+    fields: tuple[str, ...]
+    prepare: Callable[[], Any]
+    signature: Callable[[Any], list[int]]
+    shown: Callable[[Any], list[str]]
+    collective: Callable[[Any], bool]
+    first_use: Callable[[Any], bool]
+    steps: Callable[[Any, int, Any], Steps]
+    outcome: Callable[[Any], Any]
+    check: bool = True
+
+
+class Started:
+    """A Call's run: its plan (or rejection), found at start when the communicator is ready."""
+
+    def __init__(self, call: Call):
+        self.call = call
+        self.plan: Any = None
+        self.error: BaseException | None = None
+        self.highs: Any = None
+
+    def _prepare(self) -> None:
+        try:
+            self.plan = self.call.prepare()
+        except Exception as exc:  # whatever its type: every rank must learn of it
+            self.plan, self.error = None, exc
+
+    def steps(self) -> Steps:
+        call, ctx = self.call, self.call.ctx
+        t = ctx.transport
+        turn, tag = ctx.begin(), ctx.next_tag()
+        tag_ticket, ticket = t.hold_tag(tag), None
+        try:
+            if not ctx.ready:
+                yield from ctx.preparing()
+            self._prepare()
+            if self.plan is not None and call.collective(self.plan):
+                ticket = object()
+                ctx.collective_turns.append(ticket)
+            first = self.plan is not None and call.first_use(self.plan)
+            if call.check or first:
+                self.highs = yield from agree(ctx, turn, call.signature(self.plan), call.fields,
+                                              self.error, call.what,
+                                              lambda: call.shown(self.plan))
+            else:
+                ctx.pass_turn(turn)
+                if self.error is not None:
+                    raise self.error
+            if ticket is not None:
+                yield from ctx.collective_turn(ticket)
+            if not t.tag_turn(tag, tag_ticket):  # the block wrapped onto a call in flight
+                yield Gate(lambda: t.tag_turn(tag, tag_ticket))
+            yield from call.steps(self.plan, tag, self.highs)
+        finally:
+            t.release_tag(tag, tag_ticket)
+            ctx.pass_turn(turn)
+            if ticket is not None:
+                ctx.collective_turns.remove(ticket)
+            ctx.end()
+
+    def outcome(self) -> Any:
+        return self.call.outcome(self.plan)
+
+
+def start(call: Call, blocking: bool) -> Request:
+    """Start `call` on the calling thread's engine; its Request.
+
+    A rank that rejects its own arguments raises at once from a non-blocking start (its
+    agreement goes on in the background, so the other ranks raise from their waits); a
+    blocking call raises from its wait, after the agreement, on every rank alike.
+    """
+    engine = current()
+    call.ctx.claim(engine)
+    started = Started(call)
+    request = Request(engine, started.steps(), started.outcome)
+    if started.error is not None and not blocking:
+        raise started.error
+    return request
