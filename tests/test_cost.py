@@ -235,7 +235,23 @@ def test_selector_prices_each_bucket_once_at_its_middle():
     assert selector.choose(1023, topo, "int8") is first  # same bucket: [512, 1024)
     assert first == cost.choose(cost.bucket_size(cost.size_bucket(1000)), topo, "int8", ROUND)
     assert cost.bucket_size(cost.size_bucket(1000)) == int(2 ** 9.5)
-    assert set(selector._decided) >= {(10, np.dtype("float32"), True, "int8", Shape(4, 2, 2))}
+    assert set(selector._decided) >= {(10, np.dtype("float32"), True, "int8", Shape(4, 2, 2),
+                                       True)}
+
+
+@pytest.mark.parametrize("layout", [(4, 4), (4, 2), (3, 1)])
+@pytest.mark.parametrize("nbytes", [8, 1 << 20])
+def test_without_native_no_plan_uses_the_mpi_librarys_op(layout, nbytes):
+    """Where the MPI library's op differs from zipcoll's (int16 SUM, float MAX), auto must
+    pick a plan of zipcoll's own: neither flat native nor a native inter level."""
+    topo = Topology.from_layout(layout[0], 0, ranks_per_node=layout[1])
+    for dtype, op in (("int16", "sum"), ("float32", "max")):
+        ranked = cost.rank_plans(nbytes, topo, DEFAULT_PROFILE, None, dtype, op, native=False)
+        assert ranked and all("native" not in str(plan) for _, plan in ranked), ranked
+        selector = cost.Selector(DEFAULT_PROFILE)
+        assert selector.choose(nbytes, topo, None, dtype, op, native=False) == ranked[0][1]
+        assert "native" not in str(selector.choose(nbytes, topo, None, dtype, op, False))
+    assert cost.choose(8, topo, None, DEFAULT_PROFILE, "int16", "sum") == PlanShape("native")
 
 
 def test_ring_over_nodes_goes_at_the_slower_link():

@@ -6,6 +6,7 @@ import pytest
 from mpi4py import MPI
 
 from arrays import DTYPES, OPS
+from zipcoll.collectives import ops
 from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup, op_code
 
 # The MPI standard's table (MPI-4.1, 6.9.2) by dtype group, written out independently
@@ -116,3 +117,32 @@ def test_logical_ops_on_bool():
         out = acc.copy()
         BY_NAME[name].reduce_into(out, other)
         np.testing.assert_array_equal(out, np.array(want, bool))
+
+
+def _saturates(dtype: str) -> bool:
+    """Whether this process's MPI library saturates a 64-item SUM of dtype's max and 1."""
+    top = np.full(64, np.iinfo(dtype).max, dtype)
+    ones = np.ones(64, dtype)
+    MPI.SUM.Reduce_local(top, ones)
+    return bool(ones[0] == np.iinfo(dtype).max)
+
+
+def test_native_never_runs_where_open_mpi_differs():
+    """Open MPI 5 saturates 8- and 16-bit sums and drops NaN in float MAX/MIN: auto must
+    not hand those to the MPI library, whatever this process's library does."""
+    for dtype in ("int8", "uint8", "int16", "uint16"):
+        assert not ops.native_agrees(ops.BY_NAME["sum"], np.dtype(dtype))
+    for dtype in ("float16", "float32", "float64"):
+        for name in ("max", "min"):
+            assert not ops.native_agrees(ops.BY_NAME[name], np.dtype(dtype))
+        assert ops.native_agrees(ops.BY_NAME["sum"], np.dtype(dtype))  # within rounding
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint64"])
+def test_the_probe_sees_what_the_mpi_library_does(dtype):
+    """MPI_Reduce_local on overflowing values: the probe says "differs" exactly where this
+    MPI library saturates (int8/int16 here, with Open MPI 5's vectorised ops)."""
+    assert ops._probe("sum", np.dtype(dtype).str) == (not _saturates(dtype))
+    assert ops._probe("bxor", np.dtype(dtype).str)  # bit operations cannot differ
+    assert ops.native_agrees(ops.BY_NAME["prod"], np.dtype(dtype)) == ops._probe(
+        "prod", np.dtype(dtype).str)

@@ -407,3 +407,21 @@ def synchronize(buf: Buffer) -> None:
     """Wait for the GPU stream that produced `buf` before MPI reads the memory."""
     if buf.device == CUDA and not handed_to_mpi(buf):
         cupy().cuda.get_current_stream().synchronize()
+
+
+def byte_range(buf: Buffer, count: int | None = None) -> tuple[int, int]:
+    """[start, end) of the memory the first `count` items of `buf` (default all) cover.
+
+    Host addresses for host arrays (the CUDA simulator's too: they are NumPy), device
+    pointers for GPU ones (CuPy, or a `DeviceMemory` window): compare ranges of buffers
+    on the same device only.
+    """
+    arr = buf.array
+    if isinstance(arr, DeviceMemory):
+        start = arr.pointer
+    elif isinstance(arr, np.ndarray):
+        start = arr.__array_interface__["data"][0]
+    else:
+        start = arr.__cuda_array_interface__["data"][0]
+    items = buf.count if count is None else count
+    return int(start or 0), int(start or 0) + items * buf.dtype.itemsize

@@ -1,6 +1,7 @@
 """Reduction operations: MPI's predefined ops as NumPy/CuPy ufuncs, and which dtypes each takes."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,3 +79,69 @@ def _kinds_text(kinds: str) -> str:
              "c": "complex"}
     return ", ".join(names[k] for k in kinds)
 
+
+
+def native_agrees(op: ReduceOp, dtype: np.dtype) -> bool:
+    """Whether the MPI library's own `op` on `dtype` gives the answer zipcoll's schedules give.
+
+    zipcoll reduces with NumPy's ufuncs: integers wrap (as C does), MAX/MIN propagate
+    NaN. Float SUM/PROD always agree (within rounding: the order of a sum differs anyway).
+    Open MPI 5's vectorised ops differ on two known cases, ruled out here whatever the CPU
+    (so that every rank decides alike): 8- and 16-bit integer SUM saturates from 16 resp.
+    8 items up, and float MAX/MIN keep whichever operand comes second when one is NaN.
+    Anything else is probed once per process (`_probe`, MPI_Reduce_local, no messages).
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc" and op.name in ("sum", "prod"):
+        return True
+    if dtype.kind == "f" and op.name in ("max", "min"):
+        return False
+    if dtype.kind in "iu" and dtype.itemsize <= 2 and op.name == "sum":
+        return False
+    return _probe(op.name, dtype.str)
+
+
+# Lengths that run each part of a vectorised op: 512-, 256- and 128-bit loops, and the
+# scalar loop of the items left over.
+_PROBE_LENGTHS = (1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1031)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(name: str, dtype_str: str) -> bool:
+    """MPI_Reduce_local of `name` on extreme values (both operand orders, every length of
+    `_PROBE_LENGTHS`) against NumPy's ufunc; False where any item differs or MPI refuses.
+    Local (no message): every rank probes alike, its own copy of the same library."""
+    op, dtype = BY_NAME[name], np.dtype(dtype_str)
+    a, b = _probe_values(dtype)
+    for n in _PROBE_LENGTHS:
+        for first, second in ((a[:n], b[:n]), (b[:n], a[:n])):
+            expected = second.copy()
+            with np.errstate(all="ignore"):
+                getattr(np, op.ufunc)(first, second, out=expected)
+            got = second.copy()
+            try:
+                op.mpi.Reduce_local(first, got)
+            except Exception:  # noqa: BLE001 - a dtype MPI cannot reduce: keep it off native
+                return False
+            if not np.array_equal(got, expected, equal_nan=dtype.kind == "f"):
+                return False
+    return True
+
+
+def _probe_values(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Two arrays whose items pair extremes with extremes (cycles of coprime lengths)."""
+    n = _PROBE_LENGTHS[-1]
+    if dtype.kind == "b":
+        return np.resize([True, False, True], n), np.resize([True, True, False, False, True], n)
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        left = [np.nan, 2.0, -3.0, np.inf, info.max, -np.inf, 1.5]
+        right = [1.0, np.nan, np.nan, -np.inf, info.max, 2.5]
+    else:
+        info = np.iinfo(dtype)
+        left = [info.max, info.min, info.max - 1, 1, info.max // 2 + 1, 0, 2]
+        right = [info.max, info.min + (info.min < 0), 2, info.max, 3]
+        if info.min < 0:
+            right += [-1, info.min]
+    with np.errstate(over="ignore"):
+        return np.resize(np.array(left, dtype), n), np.resize(np.array(right, dtype), n)

@@ -19,7 +19,7 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
 from zipcoll.collectives import encoding, registry, select
-from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup
+from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup, native_agrees
 from zipcoll.collectives.registry import SCHEDULES, Schedule
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 from zipcoll.topologies import Topology
@@ -254,6 +254,23 @@ def _check_matching(send: Buffer | None, recv: Buffer) -> None:
         raise TypeError(f"sendbuf is on {send.device} but recvbuf is on {recv.device}")
     if recv.count < send.count:
         raise ValueError(f"recvbuf holds {recv.count} items, fewer than the {send.count} sent")
+    _check_disjoint(send, recv)
+
+
+def _check_disjoint(send: Buffer, recv: Buffer) -> None:
+    """ValueError where sendbuf and the recvbuf items written share memory (as Open MPI's
+    MPI_ERR_BUFFER): the schedules write partial results into recvbuf while they still
+    read sendbuf, so aliased buffers would give wrong sums that differ across ranks."""
+    if send.count == 0:
+        return
+    send_start, send_end = buffers.byte_range(send)
+    recv_start, recv_end = buffers.byte_range(recv, send.count)
+    if send_start < recv_end and recv_start < send_end:
+        how = "are the same memory" if (send_start, send_end) == (recv_start, recv_end) \
+            else "overlap"
+        raise ValueError(f"sendbuf and recvbuf {how} (bytes {send_start:#x}..{send_end:#x} "
+                         f"and {recv_start:#x}..{recv_end:#x}); to reduce in place pass "
+                         "MPI.IN_PLACE as sendbuf and the buffer as recvbuf")
 
 
 SUM = BY_NAME["sum"]
@@ -262,16 +279,17 @@ SUM = BY_NAME["sum"]
 def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     """algorithm="auto": the schedule for this size and layout; codecs only where they pay.
 
-    8-bit SUM and PROD stay off the MPI library's own Allreduce: Open MPI saturates them
-    where zipcoll's schedules wrap (as C does), and auto's answer must not depend on size.
+    The MPI library's own op (flat `native`, or a two-level plan's native inter level)
+    only where it gives zipcoll's answer (`ops.native_agrees`: Open MPI saturates 8- and
+    16-bit integer sums where zipcoll wraps, and drops NaN in float MAX/MIN), so that
+    auto's answer never depends on the size.
     """
     op = "sum" if plan.op is SUM else plan.op.name
+    native = native_agrees(plan.op, plan.recv.dtype)
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
-                                                        plan.recv.dtype, op, selector)
+                                                        plan.recv.dtype, op, selector, native)
     if not compress:
         plan.codec = plan.intra_codec = None
-    if plan.schedule.native and plan.recv.dtype.itemsize == 1 and plan.op.name in ("sum", "prod"):
-        plan.schedule = SCHEDULES["ring"]
 
 
 def slice_count(nbytes: int, slice_bytes: int | None = None) -> int:

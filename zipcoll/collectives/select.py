@@ -14,11 +14,12 @@ from zipcoll.collectives.registry import SCHEDULES, Schedule
 
 
 def choose(nbytes: int, topology: Any, codec: Any, dtype: Any, op: str,
-           selector: Any) -> tuple[Schedule, Schedule | None, bool]:
-    """(schedule, inner schedule, whether to use the codec) for `nbytes` on `topology`."""
+           selector: Any, native: bool = True) -> tuple[Schedule, Schedule | None, bool]:
+    """(schedule, inner schedule, whether to use the codec) for `nbytes` on `topology`;
+    `native`: whether plans may use the MPI library's own op (it gives zipcoll's answer)."""
     if topology.size == 1:
-        return SCHEDULES["native"], None, False
-    shape = selector.choose(nbytes, topology, codec, dtype, op)
+        return SCHEDULES["native"], None, False  # one rank: a copy, no op applied
+    shape = selector.choose(nbytes, topology, codec, dtype, op, native)
     decision = _DECISIONS.get(shape)
     if decision is None:
         inner = SCHEDULES[shape.inner] if shape.inner else None

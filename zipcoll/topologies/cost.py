@@ -787,20 +787,22 @@ def bounds(plan: PlanShape, nbytes: int, topology: Any, link_bytes_per_s: float,
 # ------------------------------------------------------------------ which plans exist
 
 def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
-                    op: str = "sum") -> list[PlanShape]:
+                    op: str = "sum", native: bool = True) -> list[PlanShape]:
     """Every plan a call may run: lossless ones, and with ``codec`` those that may carry it.
 
     Raw-value schedules (twophase, allgather) are lossless only for SUM of floats; a codec
     goes flat or at the inter level (the intra level stays lossless, as ``auto`` does).
     Which schedule carries which codec is ``accepting``'s rule (the collectives').
+    ``native=False``: no plan uses the MPI library's own op (flat, or as the inter level),
+    for a dtype and op on which it does not give zipcoll's answer.
     """
     shape = Shape.of(topology)
     if shape.size == 1:
         return [PlanShape("native")]
     raw = _sums(op) and np.dtype(dtype).name in FLOAT_DTYPES
     lossless = list(lossless_flat())
-    plans = [PlanShape("native")] + [PlanShape(a) for a in lossless]
-    inners = ["native"] + lossless
+    inners = (["native"] if native else []) + lossless
+    plans = [PlanShape(a) for a in inners]
     for kind in _two_level_kinds(shape):
         plans += [PlanShape(kind, inner) for inner in inners]
     spec = codec_spec(codec)
@@ -831,14 +833,16 @@ def _two_level_kinds(shape: Shape) -> list[str]:
 
 
 def rank_plans(nbytes: int, topology: Any, profile: Profile | None = None, codec: Any = None,
-               dtype: str = "float32", op: str = "sum") -> list[tuple[float, PlanShape]]:
-    """(predicted seconds, plan) of every candidate plan, cheapest first.
+               dtype: str = "float32", op: str = "sum",
+               native: bool = True) -> list[tuple[float, PlanShape]]:
+    """(predicted seconds, plan) of every candidate plan, cheapest first (``native``: see
+    ``candidate_plans``).
 
     Ties go to the plan that sorts first by name, so every rank orders alike.
     """
     profile = profile or DEFAULT_PROFILE
     ranked = [(predict(plan, nbytes, topology, profile, dtype), plan)
-              for plan in candidate_plans(topology, codec, dtype, op)]
+              for plan in candidate_plans(topology, codec, dtype, op, native)]
     return sorted(ranked, key=lambda item: (item[0], tuple(str(x) for x in item[1])))
 
 
@@ -860,7 +864,8 @@ def bucket_size(bucket: int) -> int:
 class Selector:
     """``algorithm="auto"``'s decisions for one communicator, priced once per bucket.
 
-    The cache key is (size bucket, dtype, op is SUM, codec spec, topology shape); each
+    The cache key is (size bucket, dtype, op is SUM, codec spec, topology shape, whether
+    native plans may run); each
     bucket is priced at its middle size, so the decision depends only on the key and the
     profile, never on which sizes came first. Give every rank the same profile
     (``zipcoll.topologies.explain.shared_profile``) and every rank decides alike.
@@ -872,21 +877,21 @@ class Selector:
         self._recent: dict[tuple, tuple] = {}  # by the very objects of recent calls
 
     def choose(self, nbytes: int, topology: Any, codec: Any = None, dtype: str = "float32",
-               op: str = "sum") -> PlanShape:
+               op: str = "sum", native: bool = True) -> PlanShape:
         """The cheapest plan for a message of ``nbytes`` (cached per bucket).
 
         A call like a recent one (the same codec and topology objects) is answered from
         ``_recent`` without building the key: auto runs this on every call."""
-        fast = (size_bucket(nbytes), dtype, op, id(codec), id(topology))
+        fast = (size_bucket(nbytes), dtype, op, id(codec), id(topology), native)
         hit = self._recent.get(fast)
         if hit is not None and hit[0] is codec and hit[1] is topology:
             return hit[2]
         key = (size_bucket(nbytes), np.dtype(dtype), _sums(op), _spec_of(codec),
-               _shape_of(topology))
+               _shape_of(topology), bool(native))
         plan = self._decided.get(key)
         if plan is None:
             plan = choose(bucket_size(key[0]), key[4], key[3], self.profile, key[1].name,
-                          "sum" if key[2] else "other")
+                          "sum" if key[2] else "other", key[5])
             self._decided[key] = plan
         if len(self._recent) >= RECENT_CALLS:
             self._recent.clear()  # a new codec object every call (stochastic ones) must not pile up
@@ -915,6 +920,6 @@ def _shape_of(topology: Any) -> Shape:
 
 
 def choose(nbytes: int, topology: Any, codec: Any = None, profile: Profile | None = None,
-           dtype: str = "float32", op: str = "sum") -> PlanShape:
+           dtype: str = "float32", op: str = "sum", native: bool = True) -> PlanShape:
     """The plan ``rank_plans`` puts first (uncached; see ``Selector`` for the cached form)."""
-    return rank_plans(nbytes, topology, profile, codec, dtype, op)[0][1]
+    return rank_plans(nbytes, topology, profile, codec, dtype, op, native)[0][1]

@@ -66,17 +66,19 @@ def shared_profile(comm: MPI.Comm, path: str | None = None) -> Selector:
 
 def explain(nbytes: int, comm: MPI.Comm | None = None, codec: Any = None,
             topology: Topology | None = None, dtype: str = "float32", op: str = "sum",
-            profile: Profile | str | None = None) -> Ranking:
+            profile: Profile | str | None = None, native: bool = True) -> Ranking:
     """Every plan an all-reduce of ``nbytes`` could run on ``comm``, cheapest first.
 
     Collective when it must build the topology or share the profile (first use on a
     communicator); ``profile`` given as a Profile is used as is (then the caller makes
-    it the same everywhere), as a path it is read on rank 0 and shared.
+    it the same everywhere), as a path it is read on rank 0 and shared. ``native=False``
+    leaves out the plans that use the MPI library's own op, as ``auto`` does for an op
+    and dtype on which it differs from zipcoll's (``collectives.ops.native_agrees``).
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     if topology is None:
         topology = Topology.from_comm(comm)
     if not isinstance(profile, Profile):
         profile = shared_profile(comm, profile).profile
-    ranked = rank_plans(nbytes, topology, profile, codec, dtype, op)
+    ranked = rank_plans(nbytes, topology, profile, codec, dtype, op, native)
     return Ranking(ranked, nbytes, profile.source)
