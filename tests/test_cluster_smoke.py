@@ -49,17 +49,18 @@ def _our_namespaces() -> list[str]:
 class Cluster:
     """cluster.sh with this test's prefix, state dir and environment, under one time budget."""
 
-    def __init__(self, state_dir: Path):
-        self.deadline = time.monotonic() + BUDGET_S
+    def __init__(self, state_dir: Path, prefix: str = PREFIX, budget_s: float = BUDGET_S):
+        self.budget_s = budget_s
+        self.deadline = time.monotonic() + budget_s
         venv_bin = os.path.dirname(sys.executable)   # mpiexec and this Python, for every rank
-        self.env = dict(os.environ, ZC_PREFIX=PREFIX, ZC_STATE_DIR=str(state_dir),
+        self.env = dict(os.environ, ZC_PREFIX=prefix, ZC_STATE_DIR=str(state_dir),
                         PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
                         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
     def sh(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
         left = self.deadline - time.monotonic()
         if left <= 1:
-            pytest.fail(f"time budget of {BUDGET_S:.0f} s spent before: cluster.sh {' '.join(args)}")
+            pytest.fail(f"time budget of {self.budget_s:.0f} s spent before: cluster.sh {' '.join(args)}")
         return subprocess.run(["bash", str(CLUSTER), *args], env=self.env, cwd=REPO,
                               capture_output=True, text=True, timeout=min(timeout, left))
 

@@ -154,22 +154,92 @@ def init_process_group(comm: MPI.Intracomm | None = None, backend: str = "gloo",
     """Start torch.distributed with the ranks and size of an MPI communicator.
 
     The process group only sets DDP up (it broadcasts the initial parameters); with the
-    hook the gradients go through zipcoll. `master_addr`: where rank 0 listens (default
-    the MASTER_ADDR environment variable, else 127.0.0.1: all ranks on one machine).
-    `port`: default MASTER_PORT, else a free port rank 0 picks and broadcasts.
+    hook the gradients go through zipcoll. Rank 0 listens, at an address it finds itself
+    and broadcasts over MPI (`rendezvous`), so `mpirun`/`srun` across nodes needs no
+    MASTER_ADDR. `master_addr`: where rank 0 listens (default the MASTER_ADDR environment
+    variable, else found). `port`: default MASTER_PORT, else a free port rank 0 picks.
+    Collective: call it on every rank of `comm`.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
-    addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = port or int(os.environ.get("MASTER_PORT", 0)) or comm.bcast(
-        _free_port(addr) if comm.Get_rank() == 0 else None, root=0)
-    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
+    addr, port = rendezvous(comm, master_addr, port)
+    host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address in a URL
+    dist.init_process_group(backend, init_method=f"tcp://{host}:{port}",
                             rank=comm.Get_rank(), world_size=comm.Get_size())
 
 
-def _free_port(addr: str) -> int:
+def rendezvous(comm: MPI.Intracomm, master_addr: str | None = None,
+               port: int | None = None) -> tuple[str, int]:
+    """(address, port) where rank 0 of `comm` listens, the same on every rank.
+
+    Rank 0 decides and broadcasts it, so every rank uses rank 0's `master_addr` /
+    MASTER_ADDR and `port` / MASTER_PORT where given. Otherwise: 127.0.0.1 if every rank
+    runs on rank 0's host (one host name), else an address of rank 0 that other hosts can
+    reach (`reachable_address`); a free port rank 0 picks. If rank 0 finds no address,
+    every rank raises RuntimeError. Collective over `comm`.
+    """
+    hosts = comm.gather(socket.gethostname(), root=0)
+    answer = None
+    if comm.Get_rank() == 0:
+        try:
+            addr = master_addr or os.environ.get("MASTER_ADDR") or (
+                "127.0.0.1" if len(set(hosts)) == 1 else reachable_address())
+            answer = (addr, port or int(os.environ.get("MASTER_PORT", 0)) or _free_port())
+        except (OSError, RuntimeError, ValueError) as e:
+            answer = f"rank 0 found no address to listen at for the process group: {e}"
+    answer = comm.bcast(answer, root=0)
+    if isinstance(answer, str):
+        raise RuntimeError(answer)
+    return answer
+
+
+def reachable_address() -> str:
+    """An IPv4 address of this host that other hosts can reach, never a loopback one.
+
+    In order: the address of the interface GLOO_SOCKET_IFNAME names (where gloo sends,
+    if set), the host name's address (as `hostname -i`; Debian's /etc/hosts maps it to
+    127.0.1.1, which is skipped), the first interface that has a non-loopback address.
+    Raises RuntimeError naming MASTER_ADDR if there is none.
+    """
+    wanted = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
+    if wanted:
+        return _interface_address(wanted)
+    try:
+        named = socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        named = []
+    interfaces = [name for _, name in socket.if_nameindex()] if hasattr(socket, "if_nameindex") else []
+    for addr in named + [a for a in map(_interface_address_or_none, interfaces) if a]:
+        if not addr.startswith("127."):
+            return addr
+    raise RuntimeError(f"host {socket.gethostname()!r} has no non-loopback IPv4 address; "
+                       "set MASTER_ADDR to an address of rank 0 the other ranks reach")
+
+
+def _interface_address(name: str) -> str:
+    """The IPv4 address of network interface `name` (Linux: the SIOCGIFADDR ioctl)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            ifreq = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        except OSError as e:
+            raise RuntimeError(f"interface {name!r} has no IPv4 address ({e})") from None
+    return socket.inet_ntoa(ifreq[20:24])
+
+
+def _interface_address_or_none(name: str) -> str | None:
+    try:
+        return _interface_address(name)
+    except (RuntimeError, ImportError):
+        return None
+
+
+def _free_port() -> int:
+    """A TCP port free on every address of this host just now."""
     with socket.socket() as s:
-        s.bind((addr, 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
-__all__ = ["HookState", "allreduce_hook", "ddp_comm_hook", "init_process_group"]
+__all__ = ["HookState", "allreduce_hook", "ddp_comm_hook", "init_process_group", "rendezvous"]

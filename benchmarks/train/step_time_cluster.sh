@@ -7,7 +7,8 @@
 # default 198.18.9) and always down.
 # Both "nodes" share this machine's cores: one thread a rank for torch and for zipcoll's
 # kernels (zipcoll would give its one rank a node every core, and Numba's OpenMP thread
-# count is torch's too: they share libgomp).
+# count is torch's too: they share libgomp). No MASTER_ADDR: init_process_group finds
+# node 0's address itself (GLOO_SOCKET_IFNAME's, the cluster interface).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export ZC_PREFIX=${ZC_PREFIX:-zctr} ZC_SUBNET=${ZC_SUBNET:-198.18.9}
@@ -17,4 +18,4 @@ trap '$C down' EXIT
 $C up "$NODES" --rate 1gbit
 $C run -n $((NODES * PER_NODE)) --ranks-per-node "$PER_NODE" \
     -x OMP_WAIT_POLICY=PASSIVE -x NUMBA_NUM_THREADS=1 -x GLOO_SOCKET_IFNAME=${ZC_PREFIX}0 \
-    -x MASTER_ADDR=$ZC_SUBNET.1 -- python "$SCRIPT" "$@"
+    -- python "$SCRIPT" "$@"

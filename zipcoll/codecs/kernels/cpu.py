@@ -17,37 +17,63 @@ PARALLEL_MIN = 1 << 18
 _encode_block = njit(inline="always")(rules.encode_block.py_func)
 _decode_block = njit(inline="always")(rules.decode_block.py_func)
 
+# Numba's disk cache keys a closure's entry on its pickled cell values. A specialised
+# kernel below closes over plain ints and bools only, which pickle to the same bytes in
+# every process, so the second process loads it from the cache; every function it calls
+# is a module global. A cell holding a dispatcher (an inner jitted function) pickles
+# with a per-process id: such a kernel compiled again, under a new cache entry, in
+# every process. ``_cacheable`` refuses such a cell when the kernel is made.
+_CELL_TYPES = (bool, int)
+
+
+def _cacheable(kernel):
+    """``kernel`` if every value it closes over keys the disk cache the same in every process."""
+    for name, cell in zip(kernel.py_func.__code__.co_freevars, kernel.py_func.__closure__ or ()):
+        if type(cell.cell_contents) not in _CELL_TYPES:
+            raise TypeError(f"kernel {kernel.py_func.__qualname__} closes over {name} = "
+                            f"{cell.cell_contents!r}: its disk-cache entry would differ in "
+                            f"every process; pass it as an argument or use a module global")
+    return kernel
+
+
+@njit(inline="always")
+def _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
+                feedback, seed):
+    """Encode block ``b``; with ``feedback`` the residual array takes the target, then
+    target - decoded. Returns the block's non-finite residual elements (0 without)."""
+    if feedback:
+        rules.add_block(x, r, b, block)
+        _encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
+                      seed, True)
+        return _nonfinite_in_block(r, b, block)  # the block is still in cache
+    _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
+                  seed, False)
+    return 0
+
 
 @functools.lru_cache(maxsize=None)
 def _encoder(bits, kind, stochastic, feedback, parallel):
     """Block encode kernel compiled for one (bits, norm, rounding, feedback); it returns
     the number of non-finite residual elements (0 without feedback)."""
-    @njit(inline="always")
-    def _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed):
-        if feedback:  # the residual array takes the target, then target - decoded
-            rules.add_block(x, r, b, block)
-            _encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
-                          seed, True)
-            return _nonfinite_in_block(r, b, block)  # the block is still in cache
-        _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
-                      seed, False)
-        return 0
+    bits, kind, stochastic, feedback = int(bits), int(kind), bool(stochastic), bool(feedback)
 
     if parallel:
         @njit(parallel=True, cache=True)
         def encode(x, xb, r, rb, codes, scales, block, levels, seed):
             nonfinite = 0
             for b in prange(scales.size):
-                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
+                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
+                                         kind, stochastic, feedback, seed)
             return nonfinite
     else:
         @njit(cache=True)
         def encode(x, xb, r, rb, codes, scales, block, levels, seed):
             nonfinite = 0
             for b in range(scales.size):
-                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, levels, seed)
+                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
+                                         kind, stochastic, feedback, seed)
             return nonfinite
-    return encode
+    return _cacheable(encode)
 
 
 @njit(inline="always")
@@ -63,6 +89,7 @@ def _nonfinite_in_block(r, b, block):
 @functools.lru_cache(maxsize=None)
 def _decoder(bits, accumulate, parallel):
     """Block decode kernel compiled for one (bits, accumulate)."""
+    bits, accumulate = int(bits), bool(accumulate)
     if parallel:
         @njit(parallel=True, cache=True)
         def decode(codes, scales, out, block):
@@ -73,7 +100,7 @@ def _decoder(bits, accumulate, parallel):
         def decode(codes, scales, out, block):
             for b in range(scales.size):
                 _decode_block(codes, scales, out, b, block, bits, accumulate)
-    return decode
+    return _cacheable(decode)
 
 
 def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
@@ -109,9 +136,6 @@ def block_decode(codes, scales, out, block, bits, accumulate):
     _decoder(bits, bool(accumulate), out.size >= PARALLEL_MIN)(codes, scales, out, block)
 
 
-# The kernels below close over a flag, not over the rule itself: numba keys its disk cache
-# of a closure on the pickled closure values, and a pickled dispatcher differs in every
-# process, so a closure over one never hits the cache (it compiled again in every process).
 @functools.lru_cache(maxsize=None)
 def _narrow(bf16, parallel):
     """Kernel writing ``out16[i]`` = the IEEE half (``bf16``: bfloat16) bits of ``bits32[i]``."""
@@ -122,7 +146,7 @@ def _narrow(bf16, parallel):
                 out16[i] = rules.bf16_bits(bits32[i])
             else:
                 out16[i] = rules.f16_bits(bits32[i])
-    return narrow
+    return _cacheable(narrow)
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,7 +160,7 @@ def _widen(bf16, accumulate, parallel):
             else:
                 v = rules.f16_value(in16[i])
             out[i] = out[i] + v if accumulate else v
-    return widen
+    return _cacheable(widen)
 
 
 def fp16_encode(bits32, out16):
