@@ -26,6 +26,14 @@ between ranks, and `--first i --calls 1` replays call i. A call picks:
 - or sparse_allgather / sparse_allreduce ("allgatherv" or "gtopk") where some ranks hold
   no pairs.
 
+Those are the "random" units. --cases (default: all) adds, each 1 unit in 25 (see
+`draw_case`): "orders" (non-blocking calls on 2-3 communicators started in each rank's
+own order), "blocking" (blocking calls on one communicator between non-blocking ones on
+another on even ranks, before them on odd ranks), "threads" (two threads, each on its
+own communicator; only where MPI grants THREAD_MULTIPLE), "free" (a communicator freed
+while its calls are in flight). `--cases random` draws exactly the calls it drew before
+the cases existed.
+
 Checks, per call: lossless results against the MPI library's own Allreduce of the same
 data (tests/arrays.py `mismatch`: bit for bit, floats within reordering error); lossy
 ones against tests/mpi/test_compressed.py's bound model (qsgd, randomk, key= calls and
@@ -35,11 +43,14 @@ concatenation / tests/mpi/test_sparse.py's serial gtopk; every result bit-identi
 every rank of its communicator; the send buffer untouched, a recvbuf's tail too.
 
 A watchdog ends the job (MPI Abort, exit status 3) when one call or batch takes longer
-than --timeout seconds, after printing it and every thread's stack. VmRSS is read from
-/proc/self/status every --rss-every calls, after gc and glibc's malloc_trim. The summary
-(calls by kind, mismatches, hangs, RSS at the start, after --warmup calls and at the end,
-per rank) is printed by rank 0 and written to DIR/summary.txt, with every problem and
-RSS sample to DIR/soak.json.
+than --timeout seconds, after printing it and every thread's stack. VmRSS and the peak
+RSS (VmHWM) are read from /proc/self/status every --rss-every calls, after gc and
+glibc's malloc_trim, with the scratch zipcoll keeps and its contexts alive. The summary
+(calls by kind and case, mismatches, hangs, RSS and peak RSS at the start, after
+--warmup calls and at the end, per rank) is printed by rank 0 and written to
+DIR/summary.txt, with every problem and sample to DIR/soak.json. The exit status is 1
+when a call had a problem or a rank's RSS grew after warm-up by more than --max-growth
+MiB (32).
 """
 from __future__ import annotations
 
@@ -81,6 +92,14 @@ HANG_STATUS = 3
 SENTINEL_TAIL = 3  # receive-buffer items past the count, which must stay zero
 COMMS = ("world", "dup", "halves", "odd-even", "fresh-dup")
 COMM_WEIGHTS = (0.4, 0.15, 0.15, 0.15, 0.15)
+KEPT = ("world", "dup", "halves", "odd-even")  # communicators kept for the whole run
+THREAD_COMMS = ("thread-0", "thread-1")  # a Dup of the world per thread of a "threads" unit
+# What a unit of work can be: "random" (one call or a batch on one communicator, or a
+# sparse call) or one of the cases of CASE_UNITS, each 1 unit in CASE_ODDS when enabled.
+CASES = ("random", "orders", "blocking", "threads", "free")
+CASE_ODDS = 25
+CASE_STREAM = 8191  # the case of unit i comes from (seed, i, CASE_STREAM): with the new
+#                     cases off, every unit is drawn as before they existed
 LAYOUTS = ("found", "nodes", "grid")
 # a spec, a config dict, a Codec, or an ErrorFeedback kept across calls (one per spec, as a
 # training loop keeps one per tensor)
@@ -136,22 +155,29 @@ class Call:
 
 @dataclass
 class Draw:
-    """The next unit of work: one call, or a batch of non-blocking calls on one communicator."""
+    """The next unit of work: one call, or a batch of non-blocking calls on one communicator
+    ("random"), or the calls of one of the other CASES (on several communicators)."""
 
     calls: list[Call]
     completion: str = "wait"  # how a batch is completed: one of COMPLETIONS
+    case: str = "random"
 
 
 def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int],
-         many: int = 0) -> Draw:
+         many: int = 0, cases: tuple[str, ...] = ("random",)) -> Draw:
     """The unit of work starting at call `index` (from the seed and index alone).
 
     One batch in 25 has `many` small calls outstanding at once (0: none such).
+    `cases`: the kinds of unit drawn; each enabled case but "random" is 1 unit in
+    CASE_ODDS (see `draw_case`).
 
     `sizes`: this rank's size of each communicator. Choices that do not fit a
     communicator's size are made deterministically from it, after every random number
     is drawn, so ranks of different communicators stay in step.
     """
+    case = _draw_case(seed, index, cases)
+    if case != "random":
+        return draw_case(case, seed, index, max_bytes, sizes)
     rng = np.random.default_rng([seed, index])
     comm = COMMS[rng.choice(len(COMMS), p=COMM_WEIGHTS)]
     what = rng.random()
@@ -164,6 +190,56 @@ def draw(seed: int, index: int, max_bytes: int, sizes: dict[str, int],
                  for j in range(n)]
         return Draw(calls, completion=COMPLETIONS[int(rng.integers(len(COMPLETIONS)))])
     return Draw([_draw_dense(rng, index, comm, max_bytes, sizes[comm], batch=False)])
+
+
+def _draw_case(seed: int, index: int, cases: tuple[str, ...]) -> str:
+    """Which kind of unit starts at `index`: each enabled case 1 in CASE_ODDS, else random."""
+    extra = [c for c in CASES[1:] if c in cases]
+    if not extra:
+        return "random"
+    roll = int(np.random.default_rng([seed, index, CASE_STREAM]).integers(CASE_ODDS))
+    return extra[roll] if roll < len(extra) else "random"
+
+
+def draw_case(case: str, seed: int, index: int, max_bytes: int,
+              sizes: dict[str, int]) -> Draw:
+    """The calls of a unit of one of the cases (every rank draws the same):
+
+    - "orders": 2-3 kept communicators, 1-3 iallreduce calls on each, started in an
+      order of each rank's own (each communicator's calls in the same order everywhere,
+      as MPI requires) and completed in another;
+    - "blocking": 1-3 iallreduce calls on one communicator A and 1-2 blocking calls on
+      another B; even ranks start A's calls between B's, odd ranks make B's calls first;
+    - "threads": two threads, each with 2-5 calls (blocking, or started and waited at
+      its end) on its own Dup of the world (only where MPI grants THREAD_MULTIPLE);
+    - "free": 1-3 iallreduce calls on a new Dup of a kept communicator, freed while
+      they are in flight (MPI lets them complete), then completed.
+    """
+    rng = np.random.default_rng([seed, index, CASE_STREAM, 1])
+    dense = lambda i, comm, batch: _draw_dense(  # noqa: E731
+        rng, index + i, comm, max_bytes, sizes[comm], batch)
+    calls: list[Call] = []
+    if case == "orders":
+        picked = [KEPT[int(i)] for i in rng.permutation(len(KEPT))[:int(rng.integers(2, 4))]]
+        for comm in picked:
+            calls += [dense(len(calls), comm, True) for _ in range(int(rng.integers(1, 4)))]
+    elif case == "blocking":
+        a, b = (KEPT[int(i)] for i in rng.permutation(len(KEPT))[:2])
+        calls = [dense(i, a, True) for i in range(int(rng.integers(1, 4)))]
+        calls += [dense(len(calls), b, False) for _ in range(int(rng.integers(1, 3)))]
+    elif case == "threads":
+        for comm in THREAD_COMMS:
+            calls += [dense(len(calls), comm, rng.random() < 0.5)
+                      for _ in range(int(rng.integers(2, 6)))]
+        for call in calls:  # a key per thread: two threads on one key would share residuals
+            call.key = call.key and f"{call.key}/{call.comm}"
+    elif case == "free":
+        twin = KEPT[int(rng.integers(len(KEPT)))]
+        calls = [dense(i, twin, True) for i in range(int(rng.integers(1, 4)))]
+    else:
+        raise ValueError(f"unknown case {case!r}: expected one of {CASES}")
+    completion = COMPLETIONS[int(rng.integers(len(COMPLETIONS)))]
+    return Draw(calls, completion, case)
 
 
 def _draw_dense(rng: np.random.Generator, index: int, comm: str, max_bytes: int, size: int,
@@ -264,7 +340,7 @@ def sparse_input(call: Call, rank: int) -> tuple[np.ndarray, np.ndarray]:
 class Communicators:
     """The communicators calls run on, and their topologies, made once (but fresh-dup)."""
 
-    def __init__(self, world: MPI.Intracomm):
+    def __init__(self, world: MPI.Intracomm, threads: bool = False):
         rank, size = world.Get_rank(), world.Get_size()
         self.world = world
         self.kept = {
@@ -273,8 +349,10 @@ class Communicators:
             "halves": world.Split(int(rank >= (size + 1) // 2), rank),
             "odd-even": world.Split(rank % 2, rank),
         }
+        if threads:  # one communicator per thread of a "threads" unit
+            self.kept.update({name: world.Dup() for name in THREAD_COMMS})
         self.sizes = {name: c.Get_size() for name, c in self.kept.items()}
-        self.sizes["fresh-dup"] = size
+        self.sizes.update({"fresh-dup": size, **{name: size for name in THREAD_COMMS}})
         self._topologies: dict[tuple[str, str], zipcoll.Topology] = {}
 
     def get(self, name: str) -> MPI.Intracomm:
@@ -300,8 +378,9 @@ class Communicators:
         return topology
 
     def free(self) -> None:
-        for name in ("dup", "halves", "odd-even"):
-            self.kept[name].Free()
+        for name, comm in self.kept.items():
+            if name != "world":
+                comm.Free()
 
 
 @dataclass
@@ -351,9 +430,11 @@ def codec_argument(call: Call) -> Any:
         if call.codec_form == "spec":
             return spec
         if call.codec_form == "feedback":
-            if spec not in FEEDBACK_OBJECTS:
-                FEEDBACK_OBJECTS[spec] = ErrorFeedback(zipcoll.get_codec(spec))
-            return FEEDBACK_OBJECTS[spec]
+            # one object per thread: two threads using one at once would share residuals
+            owner = (call.comm if call.comm in THREAD_COMMS else "", spec)
+            if owner not in FEEDBACK_OBJECTS:
+                FEEDBACK_OBJECTS[owner] = ErrorFeedback(zipcoll.get_codec(spec))
+            return FEEDBACK_OBJECTS[owner]
         codec = zipcoll.get_codec(spec)
         return codec.get_config() if call.codec_form == "config" else codec
 
@@ -498,6 +579,8 @@ class Options:
     progress: int = 0  # rank 0 prints a line every this many calls (0: never)
     warmup: int | None = None  # calls before the RSS baseline (default: a fifth)
     out: str | None = None
+    cases: tuple[str, ...] = ("random",)  # kinds of unit (CASES); the command line: all
+    max_growth_mib: float | None = None  # RSS growth after warm-up that fails the run
 
 
 @dataclass
@@ -511,8 +594,10 @@ class Tally:
     by_comm: Counter = field(default_factory=Counter)
     by_dtype: Counter = field(default_factory=Counter)
     by_op: Counter = field(default_factory=Counter)
+    by_case: Counter = field(default_factory=Counter)  # units of each case
     problems: list = field(default_factory=list)  # (call, problem)
-    rss: list = field(default_factory=list)  # (calls done, VmRSS KiB, residuals held KiB)
+    rss: list = field(default_factory=list)  # memory_sample()s
+    notes: list = field(default_factory=list)  # cases not run, and why
 
     def count(self, call: Call) -> None:
         self.calls += 1
@@ -556,10 +641,10 @@ class Watchdog:
             MPI.COMM_WORLD.Abort(HANG_STATUS)
 
 
-def rss_kib() -> int:
-    """This process's resident set size (VmRSS), KiB."""
+def rss_kib(field: str = "VmRSS") -> int:
+    """This process's resident set size (VmRSS), or its peak so far (VmHWM), KiB."""
     with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
 
 
 def release_free_memory() -> None:
@@ -575,29 +660,62 @@ def release_free_memory() -> None:
         pass
 
 
-def memory_sample(calls: int) -> tuple[int, int, int]:
-    """(calls, VmRSS KiB, KiB of error-feedback residuals zipcoll holds for live keys).
+SAMPLE_FIELDS = ("calls", "rss_kib", "residuals_kib", "peak_rss_kib", "scratch_kib",
+                 "contexts")
+
+
+def memory_sample(calls: int) -> tuple[int, int, int, int, int, int]:
+    """(calls, VmRSS KiB, KiB of error-feedback residuals zipcoll holds for live keys,
+    VmHWM KiB, KiB of scratch zipcoll keeps between calls, zipcoll contexts alive).
 
     The residuals are memory held on purpose: one array per encode site of the last call
     on each key (the soak's keys, and one per ErrorFeedback object it keeps), as large as
     the largest recent message on that key, so they grow as large messages come by.
+    VmHWM is the peak RSS since the process started (not lowered by malloc_trim).
     """
     release_free_memory()
-    return calls, rss_kib(), zipcoll.feedback.nbytes() >> 10
+    return (calls, rss_kib(), zipcoll.feedback.nbytes() >> 10, rss_kib("VmHWM"),
+            _scratch_held() >> 10, _contexts_alive())
+
+
+def _scratch_held() -> int:
+    """Bytes of scratch zipcoll keeps between calls (per transport before it was one pool)."""
+    from zipcoll import transport
+
+    if hasattr(transport, "scratch_held"):
+        return transport.scratch_held()
+    return sum(o.scratch_bytes() for o in gc.get_objects() if isinstance(o, transport.Transport))
+
+
+def _contexts_alive() -> int:
+    from zipcoll.collectives.context import Context
+
+    return sum(isinstance(o, Context) for o in gc.get_objects())
+
+
+def enabled_cases(cases: tuple[str, ...], tally: Tally) -> tuple[str, ...]:
+    """`cases` less those this MPI cannot run (noted in the tally)."""
+    if "threads" in cases and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        tally.notes.append(f"threads: not run, MPI granted thread level {MPI.Query_thread()} "
+                           f"(THREAD_MULTIPLE is {MPI.THREAD_MULTIPLE})")
+        cases = tuple(c for c in cases if c != "threads")
+    return cases
 
 
 def soak(options: Options, world: MPI.Intracomm = MPI.COMM_WORLD) -> Tally:
     """Run options.calls calls from options.first on; every rank's tally."""
-    comms = Communicators(world)
+    tally = Tally()
+    cases = enabled_cases(options.cases, tally)
+    comms = Communicators(world, threads="threads" in cases)
     rank = world.Get_rank()
     watchdog = Watchdog(options.timeout, rank, options.out) if options.timeout else None
-    tally = Tally()
     tally.rss.append(memory_sample(0))
     index, end = options.first, options.first + options.calls
     next_sample, next_report, start = options.rss_every, options.progress, time.monotonic()
     try:
         while index < end:
-            unit = draw(options.seed, index, options.max_bytes, comms.sizes, options.many)
+            unit = draw(options.seed, index, options.max_bytes, comms.sizes, options.many,
+                        cases)
             unit.calls = unit.calls[:end - index]
             if watchdog:
                 watchdog.arm(describe(unit))
@@ -625,11 +743,26 @@ def describe(unit: Draw) -> str:
     """The calls of a unit (the first few of a big batch)."""
     text = " + ".join(str(c) for c in unit.calls[:6])
     more = len(unit.calls) - 6
-    return text + (f" + {more} more iallreduce" if more > 0 else "") + (
+    case = "" if unit.case == "random" else f"[{unit.case}] "
+    return case + text + (f" + {more} more iallreduce" if more > 0 else "") + (
         f" (batch completed by {unit.completion})" if len(unit.calls) > 1 else "")
 
 
 def _run_unit(unit: Draw, comms: Communicators, options: Options, tally: Tally) -> None:
+    """Run one unit of work and check it; problems go to the tally."""
+    if unit.case == "random":
+        _run_random(unit, comms, options, tally)
+    else:
+        runner = {"orders": _run_orders, "blocking": _run_blocking, "threads": _run_threads,
+                  "free": _run_free}[unit.case]
+        started, problems = runner(unit, comms, options)
+        _check_started(unit, started, problems, comms, tally)
+    tally.by_case[unit.case] += 1
+    for call in unit.calls:
+        tally.count(call)
+
+
+def _run_random(unit: Draw, comms: Communicators, options: Options, tally: Tally) -> None:
     """Run one call or batch on its communicator, check it; problems go to the tally."""
     name = unit.calls[0].comm
     comm = comms.get(name)
@@ -641,8 +774,6 @@ def _run_unit(unit: Draw, comms: Communicators, options: Options, tally: Tally) 
             tally.problems.append((label, "not bit-identical across ranks"))
     finally:
         comms.release(name, comm)
-    for call in unit.calls:
-        tally.count(call)
 
 
 def _run_checked(unit: Draw, comm: MPI.Intracomm, comms: Communicators, options: Options
@@ -686,6 +817,131 @@ def _completion_order(unit: Draw, comm: MPI.Intracomm, options: Options) -> list
     return [int(i) for i in rng.permutation(len(unit.calls))]
 
 
+# -- the cases: several communicators, threads, communicators freed -----------------------
+
+# what a case's runner returns: the calls started (with the communicator and topology to
+# check each on), and the problems found while running them
+Run = tuple[list[tuple[Started, MPI.Intracomm, zipcoll.Topology]], list[tuple[Call, str]]]
+
+
+def _topologies(unit: Draw, comms: Communicators) -> list[zipcoll.Topology]:
+    """Each call's topology, in the unit's order (collective on first use: same everywhere)."""
+    return [comms.topology(c.comm, comms.kept[c.comm], c.layout) for c in unit.calls]
+
+
+def _start_in(calls: list[Call], unit: Draw, comm_of: Any, topologies: list) -> Run:
+    """Start (or run, if blocking) `calls` in this order; each Started with where to check it."""
+    started, problems = [], []
+    for c in calls:
+        i = unit.calls.index(c)
+        try:
+            started.append((start_dense(c, comm_of(c), topologies[i]), comm_of(c), topologies[i]))
+        except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
+            problems.append((c, f"raised {type(exc).__name__}: {exc}"))
+    return started, problems
+
+
+def _complete_in_flight(unit: Draw, started: list, options: Options,
+                        problems: list) -> None:
+    """Complete the started non-blocking calls in this rank's own order."""
+    pending = [s for s, _, _ in started if s.request is not None]
+    if not pending:
+        return
+    rank = MPI.COMM_WORLD.Get_rank() + 1 if options.orders == "per-rank" else 0
+    order = np.random.default_rng([options.seed, unit.calls[0].index, rank, 2]).permutation(
+        len(pending))
+    try:
+        complete(pending, unit.completion, [int(i) for i in order])
+    except Exception as exc:  # noqa: BLE001
+        problems.append((pending[0].call, f"completing raised {type(exc).__name__}: {exc}"))
+
+
+def _run_orders(unit: Draw, comms: Communicators, options: Options) -> Run:
+    """Calls on several communicators started in an order of this rank's own."""
+    topologies = _topologies(unit, comms)
+    names = list(dict.fromkeys(c.comm for c in unit.calls))
+    queues = {name: [c for c in unit.calls if c.comm == name] for name in names}
+    rng = np.random.default_rng([options.seed, unit.calls[0].index, MPI.COMM_WORLD.Get_rank()])
+    order = []  # a random interleaving: each communicator's calls keep their order
+    while any(queues.values()):
+        name = [n for n in names if queues[n]][int(rng.integers(sum(map(bool, queues.values()))))]
+        order.append(queues[name].pop(0))
+    started, problems = _start_in(order, unit, lambda c: comms.kept[c.comm], topologies)
+    _complete_in_flight(unit, started, options, problems)
+    return started, problems
+
+
+def _run_blocking(unit: Draw, comms: Communicators, options: Options) -> Run:
+    """Blocking calls on B between non-blocking ones on A (even ranks), or before them."""
+    topologies = _topologies(unit, comms)
+    a = [c for c in unit.calls if c.kind == "iallreduce"]
+    b = [c for c in unit.calls if c.kind != "iallreduce"]
+    if MPI.COMM_WORLD.Get_rank() % 2:
+        order = b + a
+    else:  # A1 B1 A2 B2 ...: each blocking call while A's earlier calls are in flight
+        order = [c for pair in zip(a, b + [None] * len(a)) for c in pair if c is not None]
+        order += b[len(a):]
+    started, problems = _start_in(order, unit, lambda c: comms.kept[c.comm], topologies)
+    _complete_in_flight(unit, started, options, problems)
+    return started, problems
+
+
+def _run_threads(unit: Draw, comms: Communicators, options: Options) -> Run:
+    """Each thread runs its calls on its own communicator; the checks run after both end."""
+    topologies = _topologies(unit, comms)  # collective: here, before the threads start
+    runs: dict[str, Run] = {}
+
+    def thread(name: str) -> None:
+        mine = [c for c in unit.calls if c.comm == name]
+        started, problems = _start_in(mine, unit, lambda c: comms.kept[c.comm], topologies)
+        _complete_in_flight(unit, started, options, problems)
+        runs[name] = (started, problems)
+
+    threads = [threading.Thread(target=thread, args=(name,), name=f"soak-{name}")
+               for name in THREAD_COMMS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    started = [s for name in THREAD_COMMS for s in runs.get(name, ([], []))[0]]
+    problems = [p for name in THREAD_COMMS for p in runs.get(name, ([], []))[1]]
+    for name in THREAD_COMMS:
+        if name not in runs:
+            problems.append((unit.calls[0], f"thread on {name} died"))
+    return started, problems
+
+
+def _run_free(unit: Draw, comms: Communicators, options: Options) -> Run:
+    """Calls on a new Dup of a kept communicator, freed while they are in flight; checked
+    on the kept one (the same ranks)."""
+    topologies = _topologies(unit, comms)
+    twin_of = comms.kept[unit.calls[0].comm]
+    twin = twin_of.Dup()
+    started, problems = _start_in(unit.calls, unit, lambda c: twin, topologies)
+    twin.Free()
+    _complete_in_flight(unit, started, options, problems)
+    return [(s, twin_of, t) for s, _, t in started], problems
+
+
+def _check_started(unit: Draw, started: list, problems: list, comms: Communicators,
+                   tally: Tally) -> None:
+    """Check a case's calls in the unit's order (collective: the same order on every rank),
+    then that each communicator's results are bit-identical across its ranks."""
+    by_call = {id(s.call): (s, comm, topology) for s, comm, topology in started}
+    results: dict[str, dict[str, Any]] = {}
+    for call in unit.calls:
+        if id(call) not in by_call:
+            continue
+        s, comm, topology = by_call[id(call)]
+        problems += [(call, p) for p in check_dense(s, comm, topology)]
+        results.setdefault(call.comm, {})[str(call)] = result_of(s)
+    for call, problem in problems:
+        tally.problems.append((f"{call} [{unit.case}]", problem))
+    for name in dict.fromkeys(c.comm for c in unit.calls):
+        for label in differing_across_ranks(comms.kept[name], results.get(name, {})):
+            tally.problems.append((f"{label} [{unit.case}]", "not bit-identical across ranks"))
+
+
 # -- reporting -------------------------------------------------------------------------------
 
 def summarize(tallies: list[Tally], options: Options, seconds: float, load: tuple) -> dict:
@@ -707,17 +963,23 @@ def summarize(tallies: list[Tally], options: Options, seconds: float, load: tupl
         "calls_by_comm": dict(first.by_comm),
         "calls_by_dtype": dict(first.by_dtype),
         "calls_by_op": dict(first.by_op),
+        "units_by_case": dict(first.by_case),
+        "notes": first.notes,
         "calls_with_problems": len({(p["call"]) for p in problems}),
         "problems": problems,
         "hangs": 0,  # a hang ends the job before this is written (see hang-rank*.json)
+        "warmup_calls": warm,
+        "max_growth_mib": options.max_growth_mib,
         "rss_mib": [_rss_report(t.rss, warm) for t in tallies],
+        "rss_sample_fields": SAMPLE_FIELDS,
         "rss_samples_kib": [t.rss for t in tallies],
     }
 
 
-def _rss_report(samples: list[tuple[int, int, int]], warm: int) -> dict:
+def _rss_report(samples: list[tuple], warm: int) -> dict:
     """RSS at the start, after `warm` calls, at the end and at most; growth after warm-up,
-    and that growth less the growth of the feedback residuals zipcoll holds."""
+    and that growth less the growth of the feedback residuals zipcoll holds; the peak RSS
+    (VmHWM) after warm-up and at the end; scratch and contexts held at those points."""
     later = [s for s in samples if s[0] >= warm] or samples[-1:]
     first, last = later[0], samples[-1]
     mib = lambda kib: round(kib / 1024, 1)  # noqa: E731
@@ -725,7 +987,20 @@ def _rss_report(samples: list[tuple[int, int, int]], warm: int) -> dict:
             "max_after_warmup": mib(max(s[1] for s in later)),
             "growth_after_warmup": mib(last[1] - first[1]),
             "residuals_after_warmup": mib(first[2]), "residuals_end": mib(last[2]),
-            "growth_less_residuals": mib(last[1] - first[1] - (last[2] - first[2]))}
+            "growth_less_residuals": mib(last[1] - first[1] - (last[2] - first[2])),
+            "peak_after_warmup": mib(first[3]), "peak_end": mib(last[3]),
+            "peak_growth_after_warmup": mib(last[3] - first[3]),
+            "scratch_after_warmup": mib(first[4]), "scratch_end": mib(last[4]),
+            "contexts_after_warmup": first[5], "contexts_end": last[5]}
+
+
+def over_limit(report: dict) -> list[int]:
+    """Ranks whose RSS grew after warm-up by more than the report's limit (none: no limit)."""
+    limit = report["max_growth_mib"]
+    if limit is None:
+        return []
+    return [rank for rank, r in enumerate(report["rss_mib"])
+            if r["growth_after_warmup"] > limit]
 
 
 def format_summary(report: dict) -> str:
@@ -735,6 +1010,9 @@ def format_summary(report: dict) -> str:
     for title in ("kind", "algorithm", "codec", "comm", "dtype", "op"):
         counts = report[f"calls_by_{title}"]
         lines.append(f"  by {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    lines.append("  units by case: " + ", ".join(f"{k} {v}" for k, v in
+                                                sorted(report["units_by_case"].items())))
+    lines += [f"  note: {note}" for note in report["notes"]]
     lines.append(f"mismatches: {report['calls_with_problems']} calls with problems "
                  f"({len(report['problems'])} reports)")
     lines += [f"  rank {p['rank']}: {p['call']}: {p['problem']}" for p in report["problems"][:30]]
@@ -747,6 +1025,16 @@ def format_summary(report: dict) -> str:
               f"{r['residuals_after_warmup']} -> {r['residuals_end']}; "
               f"{r['growth_less_residuals']:+}"
               for rank, r in enumerate(report["rss_mib"])]
+    lines.append(f"peak RSS (VmHWM) MiB per rank after warm-up ({report['warmup_calls']} calls) "
+                 "-> end (growth); zipcoll scratch MiB and contexts alive, after warm-up -> end:")
+    lines += [f"  rank {rank}: {r['peak_after_warmup']} -> {r['peak_end']} "
+              f"({r['peak_growth_after_warmup']:+}); scratch {r['scratch_after_warmup']} -> "
+              f"{r['scratch_end']}; contexts {r['contexts_after_warmup']} -> {r['contexts_end']}"
+              for rank, r in enumerate(report["rss_mib"])]
+    if report["max_growth_mib"] is not None:
+        over = over_limit(report)
+        lines.append(f"RSS growth after warm-up over {report['max_growth_mib']} MiB: "
+                     + (f"ranks {over}" if over else "none"))
     return "\n".join(lines)
 
 
@@ -770,9 +1058,24 @@ def parse_args(argv: list[str] | None) -> Options:
     parser.add_argument("--warmup", type=int,
                         help="calls before the RSS baseline (default calls/5)")
     parser.add_argument("--out", help="folder for soak.json")
+    parser.add_argument("--cases", type=_parse_cases, default=CASES,
+                        help="kinds of unit, comma-separated, of " + ",".join(CASES)
+                             + " (default: all; threads only where MPI grants THREAD_MULTIPLE)")
+    parser.add_argument("--max-growth", type=float, default=32.0,
+                        help="MiB of RSS growth after warm-up a rank may show before the run "
+                             "fails (default 32; 0: no limit)")
     args = parser.parse_args(argv)
     return Options(args.calls, args.seed, args.max_bytes, args.first, args.orders, args.many,
-                   args.timeout or None, args.rss_every, args.progress, args.warmup, args.out)
+                   args.timeout or None, args.rss_every, args.progress, args.warmup, args.out,
+                   args.cases, args.max_growth or None)
+
+
+def _parse_cases(text: str) -> tuple[str, ...]:
+    cases = tuple(c.strip() for c in text.split(",") if c.strip())
+    unknown = [c for c in cases if c not in CASES]
+    if unknown or not cases:
+        raise argparse.ArgumentTypeError(f"unknown case(s) {unknown}: expected some of {CASES}")
+    return cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -796,7 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.out:
         Path(options.out, "soak.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
         Path(options.out, "summary.txt").write_text(summary + "\n")
-    return 1 if report["problems"] else 0
+    return 1 if report["problems"] or over_limit(report) else 0
 
 
 if __name__ == "__main__":

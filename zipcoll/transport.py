@@ -3,6 +3,12 @@
 Every zipcoll call runs on a private duplicate of the caller's communicator, made once
 per communicator, cached as an MPI attribute and freed with it, so that library
 messages can never match the caller's own.
+
+Lifetime: the attribute's delete callback (run inside the caller's `Comm.Free`, or by
+MPI_Finalize) makes no MPI call: it retires the transport, and the private duplicate
+and its sub-communicators are freed at the start of a later zipcoll call, once no call
+in flight holds the transport (MPI lets a caller free a communicator with calls still
+in flight on it). So MPI is never entered from a callback or a garbage-collector run.
 """
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import ctypes
 import functools
 import os
 from collections import deque
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -20,8 +28,10 @@ from mpi4py import MPI
 # (ZIPCOLL_TAG_BLOCKS lowers the count, to test the wrap), and a block still held by a
 # call in flight is never handed out again.
 TAGS_PER_CALL = 256
-# Scratch kept between calls, per device: buffers used in the last _SCRATCH_IDLE_CALLS
-# calls, the latest always and the others up to SCRATCH_BYTES in all.
+# Scratch kept between calls, one pool for the whole process (every transport, every
+# kind of memory): buffers given back during the last _SCRATCH_IDLE_CALLS calls of the
+# process, the most recent first, up to SCRATCH_BYTES in all; beyond that only the latest
+# buffer of each kind of memory, whatever its size (a call that repeats finds it again).
 SCRATCH_BYTES = int(os.environ.get("ZIPCOLL_SCRATCH_BYTES", 64 << 20))
 _SCRATCH_IDLE_CALLS = 32
 
@@ -30,7 +40,8 @@ class Transport:
     """Point-to-point moves, native collectives and scratch memory on a private communicator."""
 
     def __init__(self, comm: MPI.Comm, agree_comm: MPI.Comm | None = None,
-                 duplicating: list | None = None, parent: MPI.Comm | None = None):
+                 duplicating: list | None = None, parent: MPI.Comm | None = None,
+                 family: list | None = None):
         self.comm = comm
         # agreements go on a communicator of their own: they are posted at the start of each
         # call, in start order, while the schedules' own collectives are posted later
@@ -43,8 +54,13 @@ class Transport:
         self._calls = 0
         self._tag_blocks = _tag_blocks(comm)
         self._held_tags: dict[int, deque] = {}  # tag block -> tickets of its calls, oldest first
-        self._scratch: dict[str, list[Any]] = {}
         self._subs: dict[Any, tuple["Transport", ...]] = {}
+        # (weakref, communicator) of this transport and of every one split from it: what
+        # `retire` frees once none of them is referenced any more (none is in flight)
+        self._family: list = [] if family is None else family
+        self._family.append((weakref.ref(self), comm))
+        if self.agree_comm is not comm:
+            self._family.append((weakref.ref(self), self.agree_comm))
 
     def duplicated(self) -> None:
         """The duplicates are complete (the caller saw their requests complete)."""
@@ -58,8 +74,8 @@ class Transport:
         onto calls still in flight goes to them in start order, as on every other rank.
         """
         self._calls += 1
-        tag = (self._calls % self._tag_blocks) * TAGS_PER_CALL
-        return tag
+        SCRATCH.tick()
+        return (self._calls % self._tag_blocks) * TAGS_PER_CALL
 
     def hold_tag(self, tag: int) -> object:
         """Queue a new call for tag block `tag`; its ticket."""
@@ -142,36 +158,18 @@ class Transport:
         """`agree` started, not waited (one Iallreduce); read it once its request is done."""
         return Agreement(self.agree_comm, values)
 
-    # -- scratch memory ------------------------------------------------------------
+    # -- scratch memory (process-wide: see ScratchPool) ------------------------------
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> Any:
         """A scratch array of `count` items, reused across calls (first touch is costly)."""
-        nbytes = count * np.dtype(dtype).itemsize
-        pool = self._scratch.setdefault(xp.__name__, [])
-        # not much larger than needed, so that a large buffer left idle can be dropped
-        fitting = [i for i, (raw, _) in enumerate(pool)
-                   if nbytes <= raw.size <= max(4 * nbytes, 1 << 20)]
-        if fitting:
-            raw = pool.pop(min(fitting, key=lambda i: pool[i][0].size))[0]
-        else:
-            raw = xp.empty(max(nbytes, 8), dtype=np.uint8)
-        return _ScratchView(raw, count, dtype)
+        return SCRATCH.borrow(count, dtype, xp)
 
     def give_back(self, scratch: "_ScratchView", xp: Any = np) -> None:
-        """Return a borrowed scratch array to the pool, which then drops what it should not keep."""
-        pool = self._scratch.setdefault(xp.__name__, [])
-        pool.append((scratch.raw, self._calls))
-        recent = [(raw, used) for raw, used in pool if used >= self._calls - _SCRATCH_IDLE_CALLS]
-        recent.sort(key=lambda entry: -entry[1])  # most recently used first
-        kept, total = [], 0
-        for raw, used in recent:  # the latest is kept whatever its size: calls repeat
-            if not kept or total + raw.size <= SCRATCH_BYTES:
-                kept.append((raw, used))
-                total += raw.size
-        pool[:] = kept
+        """Return a borrowed scratch array to the process's pool."""
+        SCRATCH.give_back(scratch, xp)
 
     def scratch_bytes(self) -> int:
-        """Bytes of scratch held between calls (every device)."""
-        return sum(raw.size for pool in self._scratch.values() for raw, _ in pool)
+        """Bytes of scratch the process holds between calls (every transport, every device)."""
+        return SCRATCH.held()
 
     def split(self, layout: Any, colors: tuple[int, ...]) -> tuple["Transport", ...]:
         """Transports over sub-communicators, one per color of this rank (rank order kept).
@@ -180,8 +178,8 @@ class Transport:
         whole layout, not just this rank's colors) is used, then cached.
         """
         if layout not in self._subs:
-            self._subs[layout] = tuple(Transport(self.comm.Split(color, key=self.rank))
-                                       for color in colors)
+            self._subs[layout] = tuple(Transport(self.comm.Split(color, key=self.rank),
+                                                 self._family) for color in colors)
         return self._subs[layout]
 
     def has_split(self, layout: Any) -> bool:
@@ -192,7 +190,8 @@ class Transport:
         """A transport whose rank i is rank order[i] of this one (collective once, cached)."""
         key = ("order", tuple(order))
         if key not in self._subs:
-            self._subs[key] = (Transport(self.comm.Split(0, key=order.index(self.rank))),)
+            self._subs[key] = (Transport(self.comm.Split(0, key=order.index(self.rank)),
+                                         self._family),)
         return self._subs[key][0]
 
     def has_reordered(self, order: list[int]) -> bool:
@@ -203,17 +202,11 @@ class Transport:
         """Every rank's `obj` (small, picklable), in rank order (collective, blocking)."""
         return self.comm.allgather(obj)
 
-    def free(self) -> None:
-        """Free the private communicator and its sub-communicators (no-op after Finalize)."""
-        self._scratch.clear()
-        if not MPI.Is_finalized() and self.agree_comm not in (MPI.COMM_NULL, self.comm):
-            self.agree_comm.Free()
-        subs = [sub for group in self._subs.values() for sub in group]
-        self._subs.clear()
-        for sub in subs:
-            sub.free()
-        if not MPI.Is_finalized() and self.comm != MPI.COMM_NULL:
-            self.comm.Free()
+    def retire(self) -> None:
+        """Free this transport's communicators (and its sub-transports') later, at the start
+        of a zipcoll call once none of them is referenced: makes no MPI call itself."""
+        with _RETIRED_LOCK:
+            _RETIRED.append(self._family)
 
 
 class Agreement:
@@ -244,27 +237,179 @@ class _ScratchView:
         self.array = raw[: count * np.dtype(dtype).itemsize].view(dtype)
 
 
+class ScratchPool:
+    """Scratch buffers kept between calls for every transport of the process.
+
+    One pool, so that one budget (SCRATCH_BYTES) holds whatever the number of
+    communicators, and a buffer left by a call on one communicator serves the next call
+    of that size on any other. Its clock counts the calls of the whole process: a buffer
+    not given back during the last _SCRATCH_IDLE_CALLS calls is dropped, so a
+    communicator no longer used keeps nothing. A lock guards it: threads may run calls
+    on different communicators at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[tuple[Any, int]]] = {}  # kind -> [(raw, clock at return)]
+        self._latest: dict[str, Any] = {}  # kind -> raw buffer given back last
+        self._clock = 0
+        self._oldest: int | None = None  # clock of the oldest idle buffer (None: none)
+
+    def tick(self) -> None:
+        """A call starts: buffers idle since too many calls are dropped."""
+        with self._lock:
+            self._clock += 1
+            if self._oldest is not None and self._oldest < self._clock - _SCRATCH_IDLE_CALLS:
+                self._trim()
+
+    def borrow(self, count: int, dtype: Any, xp: Any = np) -> _ScratchView:
+        nbytes = count * np.dtype(dtype).itemsize
+        kind = _memory_kind(xp)
+        with self._lock:
+            idle = self._idle.get(kind, [])
+            # not much larger than needed, so that a large buffer left idle can be dropped
+            fitting = [i for i, (raw, _) in enumerate(idle)
+                       if nbytes <= raw.size <= max(4 * nbytes, 1 << 20)]
+            raw = idle.pop(min(fitting, key=lambda i: idle[i][0].size))[0] if fitting else None
+            if raw is not None and self._latest.get(kind) is raw:
+                del self._latest[kind]
+        if raw is None:
+            raw = xp.empty(max(nbytes, 8), dtype=np.uint8)
+        return _ScratchView(raw, count, dtype)
+
+    def give_back(self, scratch: _ScratchView, xp: Any = np) -> None:
+        kind = _memory_kind(xp)
+        with self._lock:
+            self._idle.setdefault(kind, []).append((scratch.raw, self._clock))
+            self._latest[kind] = scratch.raw
+            self._trim()
+
+    def held(self) -> int:
+        """Bytes of idle scratch (every kind of memory)."""
+        with self._lock:
+            return sum(raw.size for idle in self._idle.values() for raw, _ in idle)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._idle.clear()
+            self._latest.clear()
+            self._oldest = None
+
+    def _trim(self) -> None:
+        """Keep the buffers given back recently, newest first, up to the budget (and the
+        latest of each kind whatever its size); drop the others (under the lock)."""
+        recent = [(used, kind, raw) for kind, idle in self._idle.items() for raw, used in idle
+                  if used >= self._clock - _SCRATCH_IDLE_CALLS]
+        recent.sort(key=lambda entry: -entry[0])  # stable: most recently given back first
+        kept: dict[str, list[tuple[Any, int]]] = {}
+        total = 0
+        for used, kind, raw in recent:
+            latest = self._latest.get(kind) is raw
+            if latest or total + raw.size <= SCRATCH_BYTES:
+                kept.setdefault(kind, []).append((raw, used))
+                total += 0 if latest else raw.size
+        self._idle = kept
+        self._latest = {k: raw for k, raw in self._latest.items()
+                        if any(r is raw for r, _ in kept.get(k, ()))}
+        self._oldest = min((used for idle in kept.values() for _, used in idle), default=None)
+
+
+def _memory_kind(xp: Any) -> str:
+    """The pool a namespace's buffers go to: its name, and the current device for CuPy
+    (a buffer of one GPU must not serve a call on another)."""
+    device = getattr(getattr(xp, "cuda", None), "get_device_id", None)
+    return xp.__name__ if device is None else f"{xp.__name__}:{device()}"
+
+
+SCRATCH = ScratchPool()
+
+
+def scratch_held() -> int:
+    """Bytes of scratch this process keeps between calls (every communicator and device)."""
+    return SCRATCH.held()
+
+
+# -- lifetime: a transport per caller's communicator, freed with it ------------------------
+
+class Attachment:
+    """What zipcoll keeps on a caller's communicator, as one MPI attribute: its transport,
+    and whatever the layers above keep with it (`context`); deleted with the communicator."""
+
+    __slots__ = ("transport", "context", "__weakref__")
+
+    def __init__(self, transport: Transport):
+        self.transport = transport
+        self.context: Any = None
+
+
 _keyval = None
+_KEYVAL_LOCK = threading.Lock()
+# families of transports whose communicator was freed, to free at a safe point
+_RETIRED: list[list] = []
+_RETIRED_LOCK = threading.Lock()
 
 
-def transport_for(comm: MPI.Comm) -> Transport:
-    """The Transport of `comm`: made (collectively) on first use, freed with `comm`."""
+def attachment_for(comm: MPI.Comm) -> Attachment:
+    """The Attachment of `comm`: made (collectively: a Dup) on first use, deleted with `comm`.
+
+    Frees the communicators of retired transports first (see `free_retired`).
+    """
     global _keyval
+    if _RETIRED:
+        free_retired()
     if _keyval is None:
-        _keyval = MPI.Comm.Create_keyval(delete_fn=_delete_transport)
-    transport = comm.Get_attr(_keyval)
-    if transport is None:
+        with _KEYVAL_LOCK:
+            if _keyval is None:
+                _keyval = MPI.Comm.Create_keyval(delete_fn=_delete_attachment)
+    held = comm.Get_attr(_keyval)
+    if held is None:
         # Dup() keeps the caller's class: a zipcoll.Intracomm's Allreduce would recurse.
         # Idup: a first call on `comm` must not wait for the other ranks to start it.
         plain = MPI.Intracomm(comm) if isinstance(comm, MPI.Intracomm) else MPI.Comm(comm)
         (private, first), (agreeing, second) = plain.Idup(), plain.Idup()
-        transport = Transport(private, agreeing, [first, second], parent=plain)
-        comm.Set_attr(_keyval, transport)
-    return transport
+        held = Attachment(Transport(private, agreeing, [first, second], parent=plain))
+        comm.Set_attr(_keyval, held)
+    return held
 
 
-def _delete_transport(comm: MPI.Comm, keyval: int, transport: Transport) -> None:
-    transport.free()
+def transport_for(comm: MPI.Comm) -> Transport:
+    """The Transport of `comm`: made (collectively) on first use, freed with `comm`."""
+    return attachment_for(comm).transport
+
+
+def _delete_attachment(comm: MPI.Comm, keyval: int, held: Attachment) -> None:
+    """The attribute's delete callback: no MPI call here (see the module's docstring)."""
+    if held.transport is not None:
+        held.transport.retire()
+    held.transport, held.context = None, None  # whoever still holds `held` holds no context
+
+
+def free_retired() -> int:
+    """Free the communicators of retired transports none of whose family is referenced any
+    more (no call in flight holds one); the number of transports freed.
+
+    Called at the start of every zipcoll call, on its thread: never from MPI's callbacks
+    nor from a garbage-collector run. MPI_Comm_free is collective but does not
+    synchronise (Open MPI, MPICH), so ranks may free at different calls.
+    """
+    kept, done = [], []
+    with _RETIRED_LOCK:
+        for family in _RETIRED:
+            (done if all(ref() is None for ref, _ in family) else kept).append(family)
+        _RETIRED[:] = kept
+    freed = 0
+    for family in done:
+        for _, comm in reversed(family):  # sub-communicators first
+            if not MPI.Is_finalized() and comm != MPI.COMM_NULL:
+                comm.Free()
+            freed += 1
+    return freed
+
+
+def retired_count() -> int:
+    """Transports retired whose communicators are not freed yet (a call holds them)."""
+    with _RETIRED_LOCK:
+        return sum(len(family) for family in _RETIRED)
 
 
 def _tag_upper_bound() -> int:

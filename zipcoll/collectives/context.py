@@ -1,11 +1,11 @@
 """What zipcoll keeps per communicator: its transport, its topology, and its calls' order.
 
 Made on the first call on a communicator (collectively: a private duplicate, and the
-topology's one allgather) and dropped with the communicator.
+topology's one allgather) and kept on it as an MPI attribute (`transport.attachment_for`),
+so it goes when the communicator is freed: nothing else holds it.
 """
 from __future__ import annotations
 
-import weakref
 from collections import deque
 from typing import Any
 
@@ -15,7 +15,7 @@ from zipcoll.codecs.backend import machine_identity, share_machine_cores
 from zipcoll.collectives.progress import Engine, Gate, current, run
 from zipcoll.collectives.schedule import Steps
 from zipcoll.topologies import Topology
-from zipcoll.transport import Transport, transport_for
+from zipcoll.transport import Transport, attachment_for
 
 
 class Context:
@@ -141,15 +141,16 @@ class Context:
         return self.transport.next_tag()
 
 
-_CONTEXTS: "weakref.WeakKeyDictionary[Transport, Context]" = weakref.WeakKeyDictionary()
-
-
 def context_for(comm: Any) -> Context:
-    """The Context of `comm` (TypeError for what is not a usable intra-communicator)."""
-    t = transport_for(check_comm(comm))
-    ctx = _CONTEXTS.get(t)
+    """The Context of `comm` (TypeError for what is not a usable intra-communicator).
+
+    It lives on `comm`'s attribute: freeing `comm` drops it (and frees its private
+    communicators at a later call, once no call in flight holds them).
+    """
+    held = attachment_for(check_comm(comm))
+    ctx = held.context
     if ctx is None:
-        ctx = _CONTEXTS[t] = Context(t)
+        ctx = held.context = Context(held.transport)
     return ctx
 
 
