@@ -102,12 +102,73 @@ def test_non_buffers(obj):
 @pytest.mark.parametrize("obj", [
     np.zeros(10)[::2],
     np.zeros((4, 4))[:, :2],
-    np.zeros((3, 4), order="F"),
+    np.zeros((4, 6), order="F")[:, ::2],
+    np.zeros((2, 3, 4)).transpose(1, 0, 2)[:, :, 1:],
+    np.arange(6.0)[::-1],
+    np.broadcast_to(np.zeros(3), (4, 3)),
     memoryview(bytearray(8))[::2],
-], ids=["strided", "column slice", "Fortran order", "strided memoryview"])
+], ids=["strided", "column slice", "Fortran column slice", "permuted slice", "reversed",
+        "broadcast", "strided memoryview"])
 def test_non_contiguous(obj):
     with pytest.raises(ValueError, match="not contiguous"):
         as_array(obj)
+
+
+# Contiguous in memory, in another order than C's: accepted as MPI reads them, in memory order.
+def _orders():
+    c = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    return [np.asfortranarray(c[0]), c[0].T, np.asfortranarray(c), c.transpose(1, 0, 2),
+            c.transpose(2, 0, 1), np.asfortranarray(c.reshape(2, 1, 12)), c.reshape(4, 6).T[:, None]]
+
+
+ORDER_IDS = ["Fortran 2-D", "transposed C", "Fortran 3-D", "axes 1,0,2", "axes 2,0,1",
+             "Fortran with a length-1 axis", "transposed, length-1 axis added"]
+
+
+@pytest.mark.parametrize("arr", _orders(), ids=ORDER_IDS)
+def test_any_memory_order_is_read_in_place_in_memory_order(arr):
+    assert not arr.flags.c_contiguous
+    buf = as_array(arr, writable=True)
+    assert buf.shape == arr.shape and buf.count == arr.size and buf.array.ndim == 1
+    assert buf.array.ctypes.data == arr.ctypes.data  # the same memory, from its start
+    np.testing.assert_array_equal(buf.array, arr.ravel(order="K"))  # memory order
+    buf.array[0] = -1  # a view: writes reach the caller's array
+    assert arr.ravel(order="K")[0] == -1
+
+
+@pytest.mark.parametrize("arr", _orders(), ids=ORDER_IDS)
+def test_new_result_has_the_senders_shape_and_layout(arr):
+    buf = as_array(arr)
+    work = empty_like(buf)
+    work[...] = np.arange(arr.size)  # values in memory order, as MPI delivers them
+    result = result_like(buf, work)
+    assert result.shape == arr.shape
+    moving = [a for a in range(arr.ndim) if arr.shape[a] > 1]
+    assert (np.argsort([result.strides[a] for a in moving]).tolist()
+            == np.argsort([arr.strides[a] for a in moving]).tolist())
+    np.testing.assert_array_equal(result.ravel(order="K"), np.arange(arr.size))
+    assert np.shares_memory(result, work)
+
+
+def test_spec_over_a_fortran_array_is_in_memory_order():
+    arr = np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    buf = as_array([arr, 5, MPI.INT])
+    np.testing.assert_array_equal(buf.array, arr.ravel(order="F")[:5])
+
+
+def test_fortran_dlpack_and_torch():
+    arr = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    buf = as_array(DLPackOnly(arr))
+    assert buf.array.ctypes.data == arr.ctypes.data
+    np.testing.assert_array_equal(buf.array, arr.ravel(order="F"))
+    torch = pytest.importorskip("torch")
+    tensor = torch.arange(12.0).reshape(4, 3).T  # a transposed tensor: column-major (3, 4)
+    buf = as_array(tensor)
+    assert buf.array.ctypes.data == tensor.data_ptr() and buf.shape == (3, 4)
+    np.testing.assert_array_equal(buf.array, np.arange(12.0))
+    result = result_like(buf, buf.array * 2)
+    assert isinstance(result, torch.Tensor) and result.stride() == tensor.stride()
+    assert torch.equal(result, tensor * 2)
 
 
 def readonly_numpy():
@@ -173,6 +234,16 @@ def test_dlpack_cuda_without_cupy(no_cupy):
     assert buf.array.__cuda_array_interface__["data"][0] == data.ctypes.data
     with pytest.raises(ValueError, match="not contiguous"):
         as_array(DLPackOn(np.zeros((4, 4))[:, ::2], 2))
+
+
+def test_fortran_device_memory_without_cupy(no_cupy):
+    arr = np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    for obj in (FakeCUDA(arr), DLPackOn(arr, 2)):
+        buf = as_array(obj)
+        assert buf.device == "cuda" and buf.shape == (3, 4) and buf.count == 12
+        assert buf.array.__cuda_array_interface__["data"][0] == arr.ctypes.data
+    with pytest.raises(ValueError, match="not contiguous"):
+        as_array(FakeCUDA(np.zeros((4, 6), order="F")[:, ::2]))
 
 
 def test_dlpack_other_device():

@@ -12,7 +12,11 @@
 - mpi4py buffer specs: `[buf, datatype]`, `[buf, count, datatype]`, `(buf, datatype)`.
 
 It returns a `Buffer`: a contiguous 1-D view (NumPy on the host, CuPy on a GPU), the
-device it lives on, and how to hand a new result back in the caller's own kind.
+device it lives on, and how to hand a new result back in the caller's own kind. Like
+mpi4py, it takes arrays that are contiguous in memory in C or Fortran order (or, beyond
+mpi4py, in any other axis order, e.g. a transposed 3-D array): the 1-D view follows
+memory order, which is the order MPI sends; strided views are refused (a copy would hide
+writes).
 JAX arrays are immutable: they are read in place, and a result is a new JAX array (an
 in-place request on one is a TypeError); torch tensors and Numba arrays are written in place.
 """
@@ -116,6 +120,9 @@ class Buffer:
     device: str  # HOST, CUDA or CUDASIM
     source: Any  # the caller's object, to build a result of the same kind
     shape: tuple
+    # the axes of `shape` from slowest- to fastest-varying in memory: `array` is the
+    # source transposed to them, flattened (None: C order)
+    axes: tuple | None = None
 
     @property
     def dtype(self) -> np.dtype:
@@ -166,13 +173,55 @@ def as_array(obj: Any, *, writable: bool = False) -> Buffer:
 
 
 def _flat(arr: Any, source: Any, device: str) -> Buffer:
-    """Flatten a C-contiguous array to 1-D, refusing strided ones (a copy would hide writes)."""
-    if not arr.flags.c_contiguous:
+    """Flatten an array contiguous in memory (in any axis order) to 1-D in memory order,
+    refusing strided ones (a copy would hide writes)."""
+    shape = tuple(arr.shape)
+    if arr.flags.c_contiguous:
+        return Buffer(arr.reshape(-1), device, source, shape)
+    axes = memory_order(shape, tuple(arr.strides), arr.itemsize)
+    if axes is None:
         raise ValueError(
             f"{type(source).__name__} buffer is not contiguous; pass a contiguous "
             "array (e.g. numpy.ascontiguousarray(x)) and copy the result back"
         )
-    return Buffer(arr.reshape(-1), device, source, tuple(arr.shape))
+    return Buffer(arr.transpose(axes).reshape(-1), device, source, shape, _unless_c_order(axes))
+
+
+def memory_order(shape: tuple, strides: Any, itemsize: int) -> tuple | None:
+    """The axis order in which an array of these strides (in bytes; None: C order) fills
+    its memory without gaps, slowest-varying axis first; None if it does not (strided,
+    negative or broadcast strides). C order gives (0, 1, ...), Fortran order (..., 1, 0).
+
+    >>> memory_order((2, 3), (8, 24), 8)   # Fortran order
+    (1, 0)
+    """
+    natural = tuple(range(len(shape)))
+    if strides is None or 0 in shape:
+        return natural
+    strides = tuple(strides)
+    ones = [a for a in natural if shape[a] == 1]  # any stride: they do not move in memory
+    axes = sorted((a for a in natural if shape[a] != 1), key=lambda a: -strides[a])
+    expected = itemsize
+    for a in reversed(axes):
+        if strides[a] != expected:
+            return None
+        expected *= shape[a]
+    order = tuple(ones + axes)
+    return natural if _is_c_order(order, shape) else order
+
+
+def _is_c_order(order: tuple, shape: tuple) -> bool:
+    """Whether `order` lists the axes that are not of length 1 in their natural order."""
+    moving = [a for a in order if shape[a] != 1]
+    return moving == sorted(moving)
+
+
+def in_memory_order(flat: Any, shape: tuple, axes: tuple | None) -> Any:
+    """`flat` (values in memory order) as an array of `shape` laid out in `axes` order."""
+    if axes is None:
+        return flat.reshape(shape)
+    inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
+    return flat.reshape(tuple(shape[a] for a in axes)).transpose(inverse)
 
 
 def _from_host(obj: Any) -> Buffer:
@@ -251,13 +300,14 @@ def _device_memory(obj: Any) -> Buffer:
     dtype = np.dtype(face["typestr"])
     shape = tuple(int(n) for n in face["shape"])
     pointer, readonly = face["data"]
-    if not _c_contiguous(shape, face.get("strides"), dtype.itemsize):
+    axes = memory_order(shape, face.get("strides"), dtype.itemsize)
+    if axes is None:
         raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
                          "array and copy the result back")
     _wait_for_stream(face.get("stream"))
     size = int(np.prod(shape, dtype=np.int64))
     return Buffer(DeviceMemory(int(pointer or 0), dtype, size, bool(readonly), obj), CUDA,
-                  obj, shape)
+                  obj, shape, _unless_c_order(axes))
 
 
 class _DLDevice(ctypes.Structure):
@@ -298,24 +348,18 @@ def _dlpack_device_memory(obj: Any) -> Buffer:
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     strides = None if not tensor.strides else tuple(tensor.strides[i] * dtype.itemsize
                                                     for i in range(tensor.ndim))
-    if not _c_contiguous(shape, strides, dtype.itemsize):
+    axes = memory_order(shape, strides, dtype.itemsize)
+    if axes is None:
         raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
                          "tensor and copy the result back")
     size = int(np.prod(shape, dtype=np.int64))
     pointer = (tensor.data or 0) + tensor.byte_offset
-    return Buffer(DeviceMemory(pointer, dtype, size, False, (obj, capsule)), CUDA, obj, shape)
+    return Buffer(DeviceMemory(pointer, dtype, size, False, (obj, capsule)), CUDA, obj, shape,
+                  _unless_c_order(axes))
 
 
-def _c_contiguous(shape: tuple, strides: Any, itemsize: int) -> bool:
-    """CAI strides (None: C order) describe C-contiguous memory? Length-1 axes don't count."""
-    if strides is None or 0 in shape:
-        return True
-    expected = itemsize
-    for n, stride in zip(reversed(shape), reversed(tuple(strides))):
-        if n != 1 and stride != expected:
-            return False
-        expected *= n
-    return True
+def _unless_c_order(axes: tuple) -> tuple | None:
+    return None if axes == tuple(range(len(axes))) else axes
 
 
 def _wait_for_stream(stream: Any) -> None:
@@ -373,7 +417,7 @@ def result_like(buf: Buffer, result: Any) -> Any:
     Call it once the reduction is done: for some kinds (JAX, array.array, bytearray) it copies.
     """
     source = buf.source
-    shaped = result.reshape(buf.shape)
+    shaped = in_memory_order(result, buf.shape, buf.axes)  # the caller's shape and layout
     module = _framework(source)
     if module == "torch":
         import torch

@@ -12,6 +12,7 @@ in flight on it). So MPI is never entered from a callback or a garbage-collector
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -34,6 +35,13 @@ TAGS_PER_CALL = 256
 # buffer of each kind of memory, whatever its size (a call that repeats finds it again).
 SCRATCH_BYTES = int(os.environ.get("ZIPCOLL_SCRATCH_BYTES", 64 << 20))
 _SCRATCH_IDLE_CALLS = 32
+# The most items one MPI call may name: MPI-3 counts and displacements are C ints (MPI-4's
+# large-count "_c" functions are not in every library: Open MPI 5.0 has none). Larger
+# messages go as one derived datatype of whole blocks (point to point, broadcast,
+# gathers: `bytes_type`), or in chunks (the library's own all-reduce, whose predefined ops
+# take predefined datatypes only). ZIPCOLL_MAX_COUNT lowers it, to run those paths on
+# small messages; read on every call, so a test may also set this module attribute.
+MAX_COUNT = max(2, int(os.environ.get("ZIPCOLL_MAX_COUNT", 2**31 - 1)))
 
 
 class Transport:
@@ -95,12 +103,14 @@ class Transport:
 
     # -- point to point ------------------------------------------------------------
     def isend(self, arr: Any, dest: int, tag: int) -> MPI.Request:
-        """Start sending the bytes of a contiguous array."""
-        return self.comm.Isend([arr, MPI.BYTE], dest, tag)
+        """Start sending the bytes of a contiguous array (any number of them)."""
+        with _as_bytes(arr) as spec:
+            return self.comm.Isend(spec, dest, tag)
 
     def irecv(self, arr: Any, source: int, tag: int) -> MPI.Request:
-        """Start receiving into the bytes of a contiguous array."""
-        return self.comm.Irecv([arr, MPI.BYTE], source, tag)
+        """Start receiving into the bytes of a contiguous array (any number of them)."""
+        with _as_bytes(arr) as spec:
+            return self.comm.Irecv(spec, source, tag)
 
     def exchange(self, send: Any, dest: int, recv: Any, source: int, tag: int) -> list:
         """Send to one peer while receiving from another (both started, none waited)."""
@@ -123,23 +133,37 @@ class Transport:
                 + [self.agree_comm.Isend([send, MPI.BYTE], j, tag) for j in peers])
 
     # -- collectives the schedules lean on ----------------------------------------
-    def allreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> None:
-        """The MPI library's own Allreduce (typed, so MPI applies `op`)."""
-        self.comm.Allreduce(send, recv, op)  # mpi4py types them from the dtype
-
     def iallreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> MPI.Request:
-        """The MPI library's own Iallreduce."""
+        """The MPI library's own Iallreduce (typed by mpi4py from the dtype, so MPI applies
+        `op`), of at most MAX_COUNT items: the caller chunks larger ones."""
         return self.comm.Iallreduce(send, recv, op)
 
     def iallgatherv(self, send: Any, recv: Any, counts: list[int]) -> MPI.Request:
         """Start gathering every rank's bytes (counts[i] from rank i) into `recv`, in rank order."""
+        counts = [int(c) for c in counts]
         displacements = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(int).tolist()
-        return self.comm.Iallgatherv([send, MPI.BYTE],
-                                     [recv, (list(counts), displacements), MPI.BYTE])
+        if max(counts + displacements) > MAX_COUNT:
+            return self._iallgatherv_placed(send, recv, counts, displacements)
+        return self.comm.Iallgatherv([send, MPI.BYTE], [recv, (counts, displacements), MPI.BYTE])
+
+    def _iallgatherv_placed(self, send: Any, recv: Any, counts: list[int],
+                            displacements: list[int]) -> MPI.Request:
+        """Iallgatherv past MAX_COUNT bytes: an Ialltoallw (my bytes to every rank) whose
+        receive datatypes hold each rank's size and offset (offsets are MPI_Aint: 64-bit)."""
+        p = self.size
+        types = [bytes_type(counts[self.rank])] + [bytes_type(n, at)
+                                                   for n, at in zip(counts, displacements)]
+        try:
+            return self.comm.Ialltoallw([send, [1] * p, [0] * p, [types[0]] * p],
+                                        [recv, [1] * p, [0] * p, types[1:]])
+        finally:
+            for datatype in types:  # MPI keeps them while the call is pending
+                datatype.Free()
 
     def ibcast(self, arr: Any, root: int) -> MPI.Request:
         """Start broadcasting the bytes of a contiguous array from `root` to every rank."""
-        return self.comm.Ibcast([arr, MPI.BYTE], root)
+        with _as_bytes(arr) as spec:
+            return self.comm.Ibcast(spec, root)
 
     def iallgather_count(self, mine: Any, counts: Any) -> MPI.Request:
         """Start gathering every rank's count (`mine`, one int64 the caller keeps alive until
@@ -207,6 +231,53 @@ class Transport:
         of a zipcoll call once none of them is referenced: makes no MPI call itself."""
         with _RETIRED_LOCK:
             _RETIRED.append(self._family)
+
+
+def _nbytes(arr: Any) -> int:
+    return int(arr.size) * np.dtype(arr.dtype).itemsize
+
+
+@contextlib.contextmanager
+def _as_bytes(arr: Any):
+    """mpi4py's spec of arr's bytes: [arr, MPI.BYTE] up to MAX_COUNT of them, else
+    [arr, 1, T] with T a datatype of them all, freed once the call naming it has started
+    (MPI keeps a datatype that pending communication uses)."""
+    nbytes = _nbytes(arr)
+    if nbytes <= MAX_COUNT:
+        yield [arr, MPI.BYTE]
+        return
+    datatype = bytes_type(nbytes)
+    try:
+        yield [arr, 1, datatype]
+    finally:
+        datatype.Free()
+
+
+def bytes_type(nbytes: int, offset: int = 0) -> MPI.Datatype:
+    """A committed datatype of `nbytes` contiguous bytes starting `offset` bytes in, in
+    which no count exceeds MAX_COUNT (the caller frees it)."""
+    datatype = _bytes_type(nbytes)
+    if offset:
+        placed = MPI.Datatype.Create_struct([1], [offset], [datatype])
+        datatype.Free()
+        datatype = placed
+    return datatype.Commit()
+
+
+def _bytes_type(nbytes: int) -> MPI.Datatype:
+    """Up to MAX_COUNT bytes: contiguous; more: `whole` blocks of ceil(nbytes / MAX_COUNT)
+    bytes (each such a type again), then the rest (likewise)."""
+    if nbytes <= MAX_COUNT:
+        return MPI.BYTE.Create_contiguous(nbytes)
+    block = -(-nbytes // MAX_COUNT)
+    whole, rest = divmod(nbytes, block)
+    parts = [_bytes_type(block)] + ([_bytes_type(rest)] if rest else [])
+    try:
+        return MPI.Datatype.Create_struct([whole, 1][:len(parts)], [0, whole * block][:len(parts)],
+                                          parts)
+    finally:
+        for part in parts:  # the struct keeps what it needs of them
+            part.Free()
 
 
 class Agreement:

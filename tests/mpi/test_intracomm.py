@@ -139,3 +139,89 @@ class TestIntracomm:
         request = zcomm.Iallreduce(data, recv, op=MPI.SUM)
         assert request.Wait() is recv
         np.testing.assert_array_equal(recv, expected(comm, data))
+
+
+# -- communicators made from a zipcoll.Intracomm keep its algorithm and codec ------------
+
+def _idup(comm):
+    new, request = comm.Idup()
+    request.Wait()
+    return new
+
+
+def _reversed_group(comm):
+    return comm.Get_group().Incl(list(reversed(range(comm.Get_size()))))
+
+
+# Each makes a communicator of every rank of `comm` (some in another rank order).
+CONSTRUCTORS = {
+    "Dup": lambda c: c.Dup(),
+    "Dup(info)": lambda c: c.Dup(MPI.INFO_NULL),
+    "Dup_with_info": lambda c: c.Dup_with_info(MPI.INFO_NULL),
+    "Clone": lambda c: c.Clone(),
+    "Idup": _idup,
+    "Split": lambda c: c.Split(0, key=-c.Get_rank()),
+    "Split_type": lambda c: c.Split_type(MPI.COMM_TYPE_SHARED, key=c.Get_rank()),
+    "Create": lambda c: c.Create(_reversed_group(c)),
+    "Create_group": lambda c: c.Create_group(_reversed_group(c)),
+}
+
+
+def _runs_ring_int8(new):
+    """new's Allreduce is zipcoll's ring with int8: the same bits as asking for them, and
+    (on more than one rank) not the exact sum."""
+    data = rank_data("float32", 4099, new.Get_rank())
+    recv = np.zeros_like(data)
+    new.Allreduce(data, recv, op=MPI.SUM)
+    asked = zipcoll.allreduce(data, comm=new, algorithm="ring", codec="int8")
+    np.testing.assert_array_equal(recv, asked)
+    exact = expected(MPI.Intracomm(new), data.astype(np.float64))
+    error = np.abs(recv - exact).max()
+    assert error < 0.5 * new.Get_size()
+    if new.Get_size() > 1:
+        assert error > 0  # int8 ran: a lossless schedule would be within rounding
+    inplace = data.copy()
+    new.Allreduce(MPI.IN_PLACE, inplace)
+    np.testing.assert_array_equal(inplace, asked)
+
+
+@pytest.mark.parametrize("make", CONSTRUCTORS.values(), ids=CONSTRUCTORS.keys())
+def test_new_communicator_keeps_algorithm_and_codec(comm, make):
+    zcomm = zipcoll.Intracomm(comm, algorithm="ring", codec="int8")
+    new = make(zcomm)
+    try:
+        assert type(new) is zipcoll.Intracomm
+        assert (new.algorithm, new.codec) == ("ring", "int8")
+        assert new.Get_size() <= comm.Get_size()
+        _runs_ring_int8(new)
+        grandchild = new.Dup()
+        assert (type(grandchild), grandchild.algorithm, grandchild.codec) == (
+            zipcoll.Intracomm, "ring", "int8")
+        _runs_ring_int8(grandchild)
+        grandchild.Free()
+        assert grandchild == MPI.COMM_NULL
+    finally:
+        new.Free()
+    assert new == MPI.COMM_NULL
+    assert zcomm != MPI.COMM_NULL and (zcomm.algorithm, zcomm.codec) == ("ring", "int8")
+
+
+@pytest.mark.parametrize("how", ["Split", "Create"])
+def test_ranks_left_out_get_comm_null(comm, how):
+    zcomm = zipcoll.Intracomm(comm, algorithm="recdoubling")
+    rank = comm.Get_rank()
+    if how == "Split":
+        new = zcomm.Split(MPI.UNDEFINED if rank % 2 else 0, key=rank)
+    else:
+        new = zcomm.Create(comm.Get_group().Incl(list(range(0, comm.Get_size(), 2))))
+    if rank % 2:
+        assert new == MPI.COMM_NULL
+        assert not isinstance(new, zipcoll.Intracomm)  # as mpi4py returns it
+        return
+    assert type(new) is zipcoll.Intracomm and new.algorithm == "recdoubling"
+    data = rank_data("int32", N, new.Get_rank())
+    recv = np.zeros_like(data)
+    new.Allreduce(data, recv)
+    np.testing.assert_array_equal(recv, expected(MPI.Intracomm(new), data))
+    new.Free()
+    assert new == MPI.COMM_NULL

@@ -149,6 +149,49 @@ class Intracomm(MPI.Intracomm):
             get_codec(codec)  # an unknown codec fails here, not at the first call
         return self
 
+    # -- communicators made from this one keep its algorithm and codec ------------------
+    # mpi4py builds Dup/Clone/Idup results with type(self).__new__ (so with the defaults:
+    # "auto", no codec) and Split/Create/Create_group results as plain MPI.Intracomm.
+
+    def Clone(self) -> "Intracomm":
+        return self._keeping(super().Clone())
+
+    def Dup(self, info: MPI.Info | None = None) -> "Intracomm":
+        return self._keeping(super().Dup(info))
+
+    def Dup_with_info(self, info: MPI.Info) -> "Intracomm":
+        return self._keeping(super().Dup_with_info(info))
+
+    def Idup(self, info: MPI.Info | None = None) -> tuple["Intracomm", MPI.Request]:
+        comm, request = super().Idup(info)
+        return self._keeping(comm), request
+
+    def Idup_with_info(self, info: MPI.Info) -> tuple["Intracomm", MPI.Request]:
+        comm, request = super().Idup_with_info(info)
+        return self._keeping(comm), request
+
+    def Split(self, color: int = 0, key: int = 0) -> "Intracomm":
+        return self._keeping(super().Split(color, key))
+
+    def Split_type(self, split_type: int, key: int = 0,
+                   info: MPI.Info = MPI.INFO_NULL) -> "Intracomm":
+        return self._keeping(super().Split_type(split_type, key, info))
+
+    def Create(self, group: MPI.Group) -> "Intracomm":
+        return self._keeping(super().Create(group))
+
+    def Create_group(self, group: MPI.Group, tag: int = 0) -> "Intracomm":
+        return self._keeping(super().Create_group(group, tag))
+
+    def _keeping(self, comm: MPI.Intracomm) -> MPI.Intracomm:
+        """`comm` (a new communicator) as this class, with this one's algorithm and codec;
+        MPI.COMM_NULL (a rank left out of a Split or Create) stays as mpi4py returns it."""
+        if comm == MPI.COMM_NULL:
+            return comm
+        kept = comm if type(comm) is type(self) else type(self).__new__(type(self), comm)
+        kept.algorithm, kept.codec = self.algorithm, self.codec
+        return kept
+
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
         """Like MPI.Intracomm.Allreduce, with zipcoll's algorithm and codec."""
         allreduce(sendbuf, recvbuf, op=op, comm=self, algorithm=self.algorithm,

@@ -6,24 +6,30 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll import transport
 from zipcoll.collectives.registry import Schedule, register
-from zipcoll.collectives.schedule import Steps
+from zipcoll.collectives.schedule import Steps, chunk_bounds
 from zipcoll.collectives.steps import Lossless
 from zipcoll.transport import Transport
 
 
 def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np, send: Any = None,
            blocking: bool = False) -> Steps:
-    """MPI's Allreduce (blocking) or Iallreduce (one step) into `buf`, from `send` or in place.
+    """MPI's Iallreduce into `buf`, from `send` or in place: one call per chunk of at most
+    `transport.MAX_COUNT` items (MPI counts are C ints), one after another, in the same
+    order on every rank (collectives match by order). `blocking` is ignored.
 
     `enc.op` may be a user-defined MPI.Op: only the MPI library can apply one.
     """
     op = getattr(enc.op, "mpi", enc.op)
-    source = MPI.IN_PLACE if send is None else send
-    if blocking:
-        t.allreduce_native(source, buf, op)
-    else:
-        yield [t.iallreduce_native(source, buf, op)]
+    for lo, hi in native_chunks(buf.size):
+        source = MPI.IN_PLACE if send is None else send[lo:hi]
+        yield [t.iallreduce_native(source, buf[lo:hi], op)]
+
+
+def native_chunks(count: int) -> list[tuple[int, int]]:
+    """The (start, stop) item ranges of `native`'s calls: as few as the count limit allows."""
+    return chunk_bounds(count, max(1, -(-count // transport.MAX_COUNT)))
 
 
 register(Schedule("native", native, "the MPI library's own Allreduce; small messages",
