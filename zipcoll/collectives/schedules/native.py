@@ -13,11 +13,11 @@ from zipcoll.collectives.steps import Lossless
 from zipcoll.transport import Transport
 
 
-def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np, send: Any = None,
-           blocking: bool = False) -> Steps:
+def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
+           send: Any = None) -> Steps:
     """MPI's Iallreduce into `buf`, from `send` or in place: one call per chunk of at most
     `transport.MAX_COUNT` items (MPI counts are C ints), one after another, in the same
-    order on every rank (collectives match by order). `blocking` is ignored.
+    order on every rank (collectives match by order).
 
     `enc.op` may be a user-defined MPI.Op: only the MPI library can apply one.
     """
