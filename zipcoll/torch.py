@@ -25,6 +25,13 @@ the bucket's parameters, in order, never by index or size: a rebuilt bucket star
 and the residuals of the bucket it replaced are freed (PyTorch's PowerSGD hook instead
 refuses error feedback before iteration 2).
 
+Checkpoints: `state.state_dict()` holds this rank's residuals as tensors (and only plain
+types: `torch.load(..., weights_only=True)` reads it); save one per rank, next to the
+model's and the optimizer's, and `state.load_state_dict(...)` in the resumed process
+before its first step. Parameters are named by the order the hook first sees them
+(the first backward pass, which DDP's initial buckets make the same in every run of the
+same model), so each residual goes back to the bucket of the same parameters.
+
 Overlap (`overlap=True`): each bucket's all-reduce is started (`zipcoll.iallreduce`) and
 its future returned unfinished, so the backward pass computes the next layers' gradients
 while the bucket is on the wire. zipcoll's progress engine is not thread-safe, so nothing
@@ -70,6 +77,9 @@ class HookState:
     hook_id: int = field(default_factory=lambda: next(_hooks))
     keys: dict[int, Hashable] = field(default_factory=dict)  # bucket index -> key in use
     in_flight: list = field(default_factory=list)  # (request, future, bucket) of this pass
+    numbers: dict[int, int] = field(default_factory=dict)  # id(param) -> order first seen
+    loaded: dict[tuple, list] = field(default_factory=dict)  # numbers -> saved entries
+    loaded_from: dict = field(default_factory=dict)  # the saved state's format, rank, size
 
     def key_for(self, bucket: dist.GradBucket) -> Hashable:
         """The bucket's feedback key: its parameters, by identity and in order.
@@ -77,11 +87,18 @@ class HookState:
         Identities, not index or size: after DDP's rebuild a bucket at the same index, even
         of the same size, may hold other parameters. A replaced key's residuals are freed.
         """
-        key = ("zipcoll.torch", self.hook_id, tuple(id(p) for p in bucket.parameters()))
+        ids = tuple(id(p) for p in bucket.parameters())
+        key = ("zipcoll.torch", self.hook_id, ids)
         old = self.keys.get(bucket.index())
         if old is not None and old != key:
             FEEDBACK.reset(old)
         self.keys[bucket.index()] = key
+        for i in ids:
+            self.numbers.setdefault(i, len(self.numbers))
+        saved = self.loaded.pop(tuple(self.numbers[i] for i in ids), None)
+        if saved is not None:  # a checkpoint's residuals of these parameters
+            FEEDBACK.load_state_dict(dict(self.loaded_from, entries=saved),
+                                     rename=lambda _: key)
         return key
 
     def finish(self) -> None:
@@ -92,10 +109,37 @@ class HookState:
             future.set_result(grad)
 
     def reset(self) -> None:
-        """Drop every bucket's residuals (e.g. after loading a checkpoint)."""
+        """Drop every bucket's residuals."""
         for key in self.keys.values():
             FEEDBACK.reset(key)
         self.keys.clear()
+        self.loaded.clear()
+
+    def state_dict(self) -> dict:
+        """This rank's hook state for a checkpoint: the residuals of every bucket (tensors),
+        keyed by the numbers of the bucket's parameters; plain types only."""
+        mine = {key: tuple(self.numbers[i] for i in key[2]) for key in self.keys.values()}
+        state = FEEDBACK.state_dict(keys=list(mine))
+        for entry in state["entries"]:
+            entry["key"] = mine[entry["key"]]
+            entry["residuals"] = {site: torch.from_numpy(r)
+                                  for site, r in entry["residuals"].items()}
+        pending = [e for entries in self.loaded.values() for e in entries]  # not used yet
+        state["entries"] += pending
+        codec = self.codec if isinstance(self.codec, (str, type(None))) else repr(self.codec)
+        return {"zipcoll.torch": 1, "algorithm": self.algorithm, "codec": codec,
+                "error_feedback": self.error_feedback, "feedback": state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take the residuals of `state` (this rank's `state_dict()`); each goes back to
+        its bucket when the hook first sees that bucket's parameters."""
+        feedback = state["feedback"]
+        FEEDBACK.load_state_dict(dict(feedback, entries=[]))  # checks format, rank and size
+        self.loaded_from = {k: v for k, v in feedback.items() if k != "entries"}
+        self.loaded.clear()
+        for entry in feedback["entries"]:
+            numbers = tuple(int(n) for n in entry["key"])
+            self.loaded.setdefault(numbers, []).append(entry)
 
 
 def ddp_comm_hook(codec: Any = None, algorithm: str = "auto", comm: MPI.Intracomm | None = None,

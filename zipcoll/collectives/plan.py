@@ -211,7 +211,7 @@ def _feedback_as_key(intra: Codec | None, flat: Codec | None, key: Hashable,
 
 def _object_key(codec: ErrorFeedback) -> Hashable:
     """("feedback", id) for a caller's ErrorFeedback object; its residuals go when it does."""
-    key = ("feedback", id(codec))
+    key = ("feedback", encoding.Identity(id(codec)))
     if id(codec) not in _WATCHED:
         _WATCHED.add(id(codec))
         weakref.finalize(codec, _forget, key)
