@@ -104,7 +104,9 @@ class HookState:
             self.layout.remove(numbers)
         saved = self.loaded.pop(numbers, None)
         if saved is not None:
-            FEEDBACK.load_state_dict(dict(self.loaded_from, entries=saved),
+            entries = [dict(e, residuals={site: r.numpy() for site, r in e["residuals"].items()})
+                       for e in saved]
+            FEEDBACK.load_state_dict(dict(self.loaded_from, entries=entries),
                                      rename=lambda _: key)
         return key
 
@@ -208,6 +210,8 @@ def allreduce_hook(state: HookState,
     grad = bucket.buffer()
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     inside = state.saved_inside(bucket)
+    if bucket.is_last():
+        state.layout.clear()  # the saved buckets are re-formed in the first pass only
     if inside:
         _reduce_as_saved(state, bucket, inside)
         if bucket.is_last():

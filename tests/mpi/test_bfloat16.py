@@ -182,3 +182,24 @@ def test_refused_on_every_rank(comm):
     if comm.size > 1:
         with pytest.raises(zipcoll.MismatchError):
             zipcoll.allreduce(y, algorithm="ring", comm=comm)
+
+
+@pytest.mark.parametrize("algorithm", ["allgatherv", "gtopk"])
+def test_sparse_collectives_take_bfloat16(comm, algorithm):
+    """Pairs gathered as bfloat16; sums (sparse_allreduce, gtopk's merges) in float32,
+    rounded once."""
+    size = 64
+    indices = np.arange(comm.rank, size, 2, dtype=np.int64) % size
+    values = integers(comm.rank, indices.size)
+    k = size if algorithm == "gtopk" else None  # every index kept: the whole sum
+    dense = zipcoll.sparse_allreduce(values, indices, size, algorithm=algorithm, k=k,
+                                     comm=comm)
+    exact = np.zeros(size)
+    for r in range(comm.size):
+        idx = np.arange(r, size, 2, dtype=np.int64) % size
+        np.add.at(exact, idx, integers(r, idx.size).astype(np.float64))
+    assert dense.dtype == BF16
+    np.testing.assert_array_equal(bits(dense), bits(exact.astype(np.float32).astype(BF16)))
+    got_indices, got_values, _ = zipcoll.sparse_allgather(values, indices, algorithm=algorithm,
+                                                          k=k, comm=comm)
+    assert got_values.dtype == BF16

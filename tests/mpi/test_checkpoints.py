@@ -111,7 +111,7 @@ def test_resumed_run_is_bit_identical(comm, name):
     first.train_to(comm, STOP)
     saved = first.checkpoint()
     held = zipcoll.feedback.nbytes()
-    assert held > 0
+    assert held > 0 or comm.size == 1  # one rank: nothing to encode
     del first
     zipcoll.feedback.reset()  # nothing carries over but the checkpoint
 
@@ -133,7 +133,7 @@ def test_resumed_run_is_bit_identical(comm, name):
 
 
 def test_hook_state_is_plain_and_per_rank(comm):
-    run = Run(HOOKS["sign-ef-ring"])
+    run = Run({"codec": "sign", "algorithm": "allgather"})  # encodes on one rank too
     run.train_to(comm, 2)
     state = run.state.state_dict()
     out = io.BytesIO()

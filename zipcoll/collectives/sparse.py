@@ -36,6 +36,7 @@ from zipcoll.buffers import CUDA, Buffer
 from zipcoll.codecs.base import align8
 from zipcoll.collectives.agreement import agree, code
 from zipcoll.collectives.context import Context, context_for
+from zipcoll.collectives.ops import BFLOAT16, kind_of
 from zipcoll.collectives.progress import run
 from zipcoll.collectives.schedule import Steps
 from zipcoll.failures import abort_on_error
@@ -72,7 +73,11 @@ def sparse_allgather(values: Any, indices: Any, *, comm: MPI.Intracomm = MPI.COM
     >>> idx, val, counts = zipcoll.sparse_allgather(val, idx)   # doctest: +SKIP
     """
     ctx, call, k = _start(values, indices, comm, algorithm, None, k, None)
-    return _combined(ctx, call, k)
+    given = call.values.dtype
+    if algorithm == "gtopk":  # gtopk sums: bfloat16 in float32, rounded once at the end
+        call.values = _widened(call.values)
+    all_indices, all_values, counts = _combined(ctx, call, k)
+    return all_indices, all_values.astype(given, copy=False), counts
 
 
 def sparse_allreduce(values: Any, indices: Any, size: int, *,
@@ -84,9 +89,12 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     top-k entries (see `sparse_allgather`) are non-zero.
     """
     ctx, call, k = _start(values, indices, comm, algorithm, size, k, out)
+    given = call.values.dtype
+    call.values = _widened(call.values)
     all_indices, all_values, _ = _combined(ctx, call, k)
     dense = np.zeros(size, call.values.dtype)
     np.add.at(dense, all_indices, all_values)  # sequential: rank order, same bits everywhere
+    dense = dense.astype(given, copy=False)  # bfloat16: the float32 sum rounded once
     if call.out is None:
         return dense
     if call.out.device == CUDA:
@@ -94,6 +102,11 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     else:
         call.out.array[...] = dense
     return out
+
+
+def _widened(values: np.ndarray) -> np.ndarray:
+    """bfloat16 values as float32 (exactly), to be summed; other dtypes as they are."""
+    return values.astype(np.float32) if values.dtype == BFLOAT16 else values
 
 
 # -- checks -------------------------------------------------------------------------------
@@ -121,7 +134,7 @@ def _validate(values: Any, indices: Any, algorithm: str, size: int | None, k: in
     if k is not None and algorithm != "gtopk":
         raise ValueError(f"k= applies to algorithm 'gtopk' only, not {algorithm!r}")
     vals, idx = _host_vector("values", values), _host_vector("indices", indices)
-    if vals.dtype.kind not in "iuf":
+    if kind_of(vals.dtype) not in "iuf":
         raise TypeError(f"values must have an integer or float dtype, not {vals.dtype}")
     if idx.dtype not in INDEX_DTYPES:
         raise TypeError(f"indices must be int32 or int64, not {idx.dtype}")
