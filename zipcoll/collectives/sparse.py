@@ -90,9 +90,11 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     """
     ctx, call, k = _start(values, indices, comm, algorithm, size, k, out)
     given = call.values.dtype
-    call.values = _widened(call.values)
+    if algorithm == "gtopk":  # sums on the way: bfloat16 in float32 (allgatherv sends bf16)
+        call.values = _widened(call.values)
     all_indices, all_values, _ = _combined(ctx, call, k)
-    dense = np.zeros(size, call.values.dtype)
+    all_values = _widened(all_values)
+    dense = np.zeros(size, all_values.dtype)
     np.add.at(dense, all_indices, all_values)  # sequential: rank order, same bits everywhere
     dense = dense.astype(given, copy=False)  # bfloat16: the float32 sum rounded once
     if call.out is None:
