@@ -19,6 +19,10 @@ memory order, which is the order MPI sends; strided views are refused (a copy wo
 writes).
 JAX arrays are immutable: they are read in place, and a result is a new JAX array (an
 in-place request on one is a TypeError); torch tensors and Numba arrays are written in place.
+
+bfloat16: NumPy has no such dtype and cannot import it through DLPack, so a host tensor
+of DLPack's bfloat16 (torch, JAX) is read by hand from its DLPack capsule, in place, as a
+NumPy array of `ml_dtypes.bfloat16` (`BFLOAT16`), the dtype NumPy callers pass too.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
@@ -42,6 +47,9 @@ CUDASIM = "cudasim"  # the CUDA simulator's device memory: NumPy arrays standing
 # DLPack device types (dlpack.h): which ones are host memory.
 _DLPACK_HOST_DEVICES = {1, 3}  # kDLCPU, kDLCUDAHost
 _DLPACK_CUDA_DEVICES = {2, 13}  # kDLCUDA, kDLCUDAManaged
+_DLPACK_BFLOAT = 4  # kDLBfloat
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class DeviceComputeError(MissingDependencyError, TypeError):
@@ -255,12 +263,61 @@ def _from_dlpack(obj: Any) -> Buffer:
         return _flat(cupy().from_dlpack(obj), obj, CUDA)
     if device_type not in _DLPACK_HOST_DEVICES:
         raise TypeError(f"DLPack device type {device_type} is not supported (host or CUDA)")
+    if _dtype_name(obj).endswith("bfloat16"):
+        return _dlpack_host_bfloat16(obj)
     try:
         arr = np.from_dlpack(obj)
-    except (BufferError, RuntimeError) as exc:  # e.g. bfloat16, a torch tensor needing grad
+    except (BufferError, RuntimeError) as exc:  # e.g. a torch tensor needing grad
         raise TypeError(f"cannot read {type(obj).__name__} {_dtype_name(obj)} through "
                         f"DLPack: {exc}") from None
     return _flat(arr, obj, HOST)
+
+
+class _HostWindow:
+    """Host memory seen through `__array_interface__`; `owner` (the producer and its
+    unconsumed DLPack capsule) lives as long as any array over the window."""
+
+    def __init__(self, pointer: int, size: int, readonly: bool, owner: Any):
+        self.__array_interface__ = {"shape": (size,), "typestr": "<u2", "version": 3,
+                                    "data": (pointer, readonly)}
+        self.owner = owner
+
+
+def _dlpack_host_bfloat16(obj: Any) -> Buffer:
+    """A host bfloat16 DLPack tensor (torch, JAX), in place, as a NumPy BFLOAT16 array.
+
+    NumPy refuses DLPack's bfloat16, so the capsule is read by hand (as for device memory
+    without CuPy) and stays unconsumed: the producer frees the memory only once the capsule,
+    held by the array's base, is gone.
+    """
+    try:
+        capsule = obj.__dlpack__()
+    except (BufferError, RuntimeError) as exc:  # a torch tensor needing grad
+        raise TypeError(f"cannot read {type(obj).__name__} {_dtype_name(obj)} through "
+                        f"DLPack: {exc}") from None
+    tensor = _capsule_tensor(capsule)
+    if (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes) != (_DLPACK_BFLOAT, 16, 1):
+        raise TypeError(f"DLPack dtype (code {tensor.dtype.code}, {tensor.dtype.bits} bits) "
+                        f"of {type(obj).__name__} is not bfloat16")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = None if not tensor.strides else tuple(tensor.strides[i] * 2
+                                                    for i in range(tensor.ndim))
+    if not _c_contiguous(shape, strides, 2):
+        raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
+                         "tensor and copy the result back")
+    size = int(np.prod(shape, dtype=np.int64))
+    pointer = (tensor.data or 0) + tensor.byte_offset
+    readonly = _is_jax(obj)  # JAX arrays are immutable; torch tensors are written in place
+    window = np.asarray(_HostWindow(pointer, size, readonly, (obj, capsule)))
+    return Buffer(window.view(BFLOAT16), HOST, obj, shape)
+
+
+def _capsule_tensor(capsule: Any) -> "_DLTensor":
+    """The DLTensor inside an unconsumed "dltensor" capsule."""
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
+                                                                  ctypes.c_char_p]
+    return _DLTensor.from_address(get_pointer(capsule, b"dltensor"))
 
 
 def _dtype_name(obj: Any) -> str:
@@ -336,10 +393,10 @@ def _dlpack_device_memory(obj: Any) -> Buffer:
     runs only when the window and the capsule are gone.
     """
     capsule = obj.__dlpack__()
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object,
-                                                                  ctypes.c_char_p]
-    tensor = _DLTensor.from_address(get_pointer(capsule, b"dltensor"))
+    tensor = _capsule_tensor(capsule)
+    if tensor.dtype.code == _DLPACK_BFLOAT:
+        raise TypeError(f"bfloat16 {type(obj).__name__} on a GPU: zipcoll reads bfloat16 "
+                        "from host memory only (MPI has no bfloat16 type)")
     kind = _DLPACK_KINDS.get(tensor.dtype.code)
     if kind is None or tensor.dtype.lanes != 1 or tensor.dtype.bits % 8:
         raise TypeError(f"DLPack dtype (code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
@@ -419,13 +476,20 @@ def result_like(buf: Buffer, result: Any) -> Any:
     source = buf.source
     shaped = in_memory_order(result, buf.shape, buf.axes)  # the caller's shape and layout
     module = _framework(source)
+    # NumPy's DLPack export has no bfloat16: hand over its bits and reinterpret them there
+    bits = shaped.view(np.uint16) if shaped.dtype == BFLOAT16 else None
     if module == "torch":
         import torch
 
+        if bits is not None:
+            return torch.from_dlpack(bits.view(np.int16)).view(torch.bfloat16)
         return torch.from_dlpack(shaped)
     if module in ("jax", "jaxlib"):
+        import jax
         import jax.numpy as jnp
 
+        if bits is not None:
+            return jax.lax.bitcast_convert_type(jnp.from_dlpack(bits), jnp.bfloat16)
         return jnp.from_dlpack(shaped)  # adopts aligned host memory, else copies
     if module == "numba":
         return _numba_like(source, shaped)

@@ -25,6 +25,13 @@ the bucket's parameters, in order, never by index or size: a rebuilt bucket star
 and the residuals of the bucket it replaced are freed (PyTorch's PowerSGD hook instead
 refuses error feedback before iteration 2).
 
+Checkpoints: `state.state_dict()` holds this rank's residuals as tensors (and only plain
+types: `torch.load(..., weights_only=True)` reads it); save one per rank, next to the
+model's and the optimizer's, and `state.load_state_dict(...)` in the resumed process
+before its first step. Parameters are named by the order the hook first sees them
+(the first backward pass, which DDP's initial buckets make the same in every run of the
+same model), so each residual goes back to the bucket of the same parameters.
+
 Overlap (`overlap=True`): each bucket's all-reduce is started (`zipcoll.iallreduce`) and
 its future returned unfinished, so the backward pass computes the next layers' gradients
 while the bucket is on the wire. zipcoll's progress engine runs no thread of its own (each
@@ -71,6 +78,11 @@ class HookState:
     hook_id: int = field(default_factory=lambda: next(_hooks))
     keys: dict[int, Hashable] = field(default_factory=dict)  # bucket index -> key in use
     in_flight: list = field(default_factory=list)  # (request, future, bucket) of this pass
+    numbers: dict[int, int] = field(default_factory=dict)  # id(param) -> order first seen
+    loaded: dict[tuple, list] = field(default_factory=dict)  # numbers -> saved entries
+    loaded_from: dict = field(default_factory=dict)  # the saved state's format, rank, size
+    layout: list = field(default_factory=list)  # saved buckets (numbers) not yet seen again
+    saved_order: list = field(default_factory=list)  # every saved bucket, by index
 
     def key_for(self, bucket: dist.GradBucket) -> Hashable:
         """The bucket's feedback key: its parameters, by identity and in order.
@@ -78,12 +90,48 @@ class HookState:
         Identities, not index or size: after DDP's rebuild a bucket at the same index, even
         of the same size, may hold other parameters. A replaced key's residuals are freed.
         """
-        key = ("zipcoll.torch", self.hook_id, tuple(id(p) for p in bucket.parameters()))
-        old = self.keys.get(bucket.index())
+        return self._key(bucket.index(), tuple(id(p) for p in bucket.parameters()))
+
+    def _key(self, index: int, ids: tuple) -> Hashable:
+        """The key of parameters `ids` reduced as bucket `index`; a checkpoint's residuals
+        of these parameters are put under it."""
+        key = ("zipcoll.torch", self.hook_id, ids)
+        old = self.keys.get(index)
         if old is not None and old != key:
             FEEDBACK.reset(old)
-        self.keys[bucket.index()] = key
+        self.keys[index] = key
+        numbers = self.numbers_of(ids)
+        if numbers in self.layout:
+            self.layout.remove(numbers)
+        saved = self.loaded.pop(numbers, None)
+        if saved is not None:
+            entries = [dict(e, residuals={site: r.numpy() for site, r in e["residuals"].items()})
+                       for e in saved]
+            FEEDBACK.load_state_dict(dict(self.loaded_from, entries=entries),
+                                     rename=lambda _: key)
         return key
+
+    def numbers_of(self, ids: tuple) -> tuple:
+        """The parameters' numbers: the order this hook first saw them in."""
+        for i in ids:
+            self.numbers.setdefault(i, len(self.numbers))
+        return tuple(self.numbers[i] for i in ids)
+
+    def saved_inside(self, bucket: dist.GradBucket) -> list:
+        """(index, numbers) of the saved buckets this bucket holds whole, when it is none
+        of them: DDP's first iteration puts every parameter in one bucket, and rebuilds
+        its buckets after it (as they were when the checkpoint was taken)."""
+        if not self.layout or not self.error_feedback:
+            return []
+        numbers = self.numbers_of(tuple(id(p) for p in bucket.parameters()))
+        if numbers in self.layout:
+            return []
+        inside, taken = [], set(numbers)
+        for index, group in enumerate(self.saved_order):
+            if group in self.layout and set(group) <= taken:
+                inside.append((index, group))
+                taken -= set(group)
+        return inside
 
     def finish(self) -> None:
         """Finish every bucket's all-reduce of this backward pass; complete their futures."""
@@ -93,10 +141,39 @@ class HookState:
             future.set_result(grad)
 
     def reset(self) -> None:
-        """Drop every bucket's residuals (e.g. after loading a checkpoint)."""
+        """Drop every bucket's residuals."""
         for key in self.keys.values():
             FEEDBACK.reset(key)
         self.keys.clear()
+        self.loaded.clear()
+        self.layout.clear()
+
+    def state_dict(self) -> dict:
+        """This rank's hook state for a checkpoint, plain types only: the buckets (their
+        parameters' numbers, alike on every rank) and each one's residuals (tensors)."""
+        mine = {key: self.numbers_of(key[2]) for key in self.keys.values()}
+        state = FEEDBACK.state_dict(keys=list(mine))
+        for entry in state["entries"]:
+            entry["key"] = mine[entry["key"]]
+            entry["residuals"] = {site: torch.from_numpy(r)
+                                  for site, r in entry["residuals"].items()}
+        state["entries"] += [e for entries in self.loaded.values() for e in entries]
+        buckets = [mine[self.keys[i]] for i in sorted(self.keys)]
+        codec = self.codec if isinstance(self.codec, (str, type(None))) else repr(self.codec)
+        return {"zipcoll.torch": 1, "algorithm": self.algorithm, "codec": codec,
+                "error_feedback": self.error_feedback, "buckets": buckets, "feedback": state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take this rank's `state_dict()`: each saved residual goes back to the bucket of
+        the same parameters when the hook first sees it (see `saved_inside`)."""
+        feedback = state["feedback"]
+        FEEDBACK.load_state_dict(dict(feedback, entries=[]))  # checks format, rank and size
+        self.loaded_from = {k: v for k, v in feedback.items() if k != "entries"}
+        self.loaded.clear()
+        for entry in feedback["entries"]:
+            self.loaded.setdefault(tuple(int(n) for n in entry["key"]), []).append(entry)
+        self.saved_order = [tuple(int(n) for n in group) for group in state["buckets"]]
+        self.layout = list(self.saved_order)
 
 
 def ddp_comm_hook(codec: Any = None, algorithm: str = "auto", comm: MPI.Intracomm | None = None,
@@ -132,10 +209,18 @@ def allreduce_hook(state: HookState,
                    bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """The hook: average the bucket's flat gradient over `state.comm`, in place, through zipcoll."""
     grad = bucket.buffer()
-    key = state.key_for(bucket) if state.error_feedback else None
-    args = dict(op="mean", comm=state.comm, algorithm=state.algorithm, codec=state.codec,
-                key=key, topology=state.topology)
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    inside = state.saved_inside(bucket)
+    if bucket.is_last():
+        state.layout.clear()  # the saved buckets are re-formed in the first pass only
+    if inside:
+        _reduce_as_saved(state, bucket, inside)
+        if bucket.is_last():
+            state.finish()
+        future.set_result(grad)
+        return future
+    key = state.key_for(bucket) if state.error_feedback else None
+    args = dict(_call_args(state), key=key)
     if not state.overlap:
         allreduce(MPI.IN_PLACE, grad, **args)
         future.set_result(grad)
@@ -147,6 +232,39 @@ def allreduce_hook(state: HookState,
     else:
         request.test()  # advances the earlier buckets' calls too
     return future
+
+
+def _call_args(state: HookState) -> dict:
+    return dict(op="mean", comm=state.comm, algorithm=state.algorithm, codec=state.codec,
+                topology=state.topology)
+
+
+def _reduce_as_saved(state: HookState, bucket: dist.GradBucket, inside: list) -> None:
+    """The first step after a checkpoint: each saved bucket's gradients, in their saved
+    order and with their residuals, all-reduced as that bucket was before the checkpoint
+    (as the uninterrupted run does, bit for bit); the parameters of no saved bucket
+    together, without feedback for this step."""
+    grad, params = bucket.buffer(), bucket.parameters()
+    spans, start = {}, 0
+    for p in params:
+        spans[id(p)], start = (start, start + p.numel()), start + p.numel()
+    by_number = {state.numbers[id(p)]: id(p) for p in params}
+    rest = dict(spans)
+    for index, numbers in inside:
+        ids = tuple(by_number[n] for n in numbers)
+        _reduce_spans(grad, [rest.pop(i) for i in ids], state, state._key(index, ids))
+    if rest:
+        _reduce_spans(grad, list(rest.values()), state, None)
+
+
+def _reduce_spans(grad: torch.Tensor, spans: list, state: HookState, key: Hashable) -> None:
+    """All-reduce grad's slices `spans`, concatenated in that order, under `key`."""
+    flat = torch.cat([grad[a:b] for a, b in spans])
+    allreduce(MPI.IN_PLACE, flat, key=key, **_call_args(state))
+    start = 0
+    for a, b in spans:
+        grad[a:b] = flat[start:start + b - a]
+        start += b - a
 
 
 def init_process_group(comm: MPI.Intracomm | None = None, backend: str = "gloo",

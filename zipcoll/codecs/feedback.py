@@ -77,6 +77,14 @@ class ErrorFeedback(Codec):
         """The keys that hold a residual."""
         return list(self._residuals)
 
+    def residuals(self) -> dict:
+        """Each key's residual (the arrays themselves: copy them to keep them)."""
+        return dict(self._residuals)
+
+    def load_residuals(self, residuals: Mapping) -> None:
+        """Hold ``residuals`` (key -> array, as ``residuals()`` gave) from now on."""
+        self._residuals.update(residuals)
+
     def nbytes(self) -> int:
         """Bytes held by the residuals of all keys."""
         return sum(int(r.nbytes) for r in self._residuals.values())

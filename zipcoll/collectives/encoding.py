@@ -4,17 +4,29 @@ A schedule names each place it encodes (its *site*: e.g. ``"ring/rs/3"``, the pa
 sum of chunk 3 in the reduce-scatter). Stochastic codecs get a different random stream at
 every (call, rank, site); with a `key`, each site keeps its own residual (error
 feedback), so repeated calls on the same tensor cancel the compression bias.
+
+Checkpoints: `FEEDBACK.state_dict()` is this rank's residuals as plain data (lists,
+dicts, strings, numbers, NumPy arrays), `load_state_dict` puts them back in a fresh
+process; each rank saves and loads its own.
 """
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from collections import OrderedDict
 from typing import Any, Hashable
 
 import numpy as np
+from mpi4py import MPI
 
-from zipcoll.codecs import Codec, ErrorFeedback
+from zipcoll.codecs import Codec, ErrorFeedback, get_codec
+
+STATE_FORMAT = "zipcoll.feedback/1"
+
+
+class Identity(int):
+    """An object's id used as a key: meaningful in this process only, so never saved."""
 
 
 class FeedbackStore:
@@ -80,6 +92,71 @@ class FeedbackStore:
         """Bytes held by all residuals."""
         self._drop_gone()
         return sum(feedback.nbytes() for _, feedback, _ in self._by_key.values())
+
+    def state_dict(self, keys: list | None = None) -> dict:
+        """This rank's residuals (of `keys`, default all) as plain data, for a checkpoint.
+
+        Each entry: the caller's key, the level, the codec's config (JSON), the call's
+        context (algorithm, count, dtype, ranks, level) and the residual of every encode
+        site, copied to host memory. Keys are what allreduce was given, and must be
+        made of strings, numbers, None and tuples to be saved; keys of an ErrorFeedback
+        object's identity are not saved (they mean nothing in another process).
+        """
+        self._drop_gone()
+        entries = []
+        for stored, ((codec, context), feedback, _) in self._by_key.items():
+            user_key, level = stored
+            if (keys is not None and user_key not in keys) or not _portable(user_key):
+                continue
+            entries.append({"key": user_key, "level": level,
+                            "codec": json.dumps(codec.get_config(), sort_keys=True),
+                            "context": list(context),
+                            "residuals": {site: _host_copy(r)
+                                          for site, r in feedback.residuals().items()}})
+        world = MPI.COMM_WORLD
+        return {"format": STATE_FORMAT, "rank": world.Get_rank(), "size": world.Get_size(),
+                "entries": entries}
+
+    def load_state_dict(self, state: dict, rename: Any = None) -> None:
+        """Hold the residuals of `state` (from `state_dict`, this rank's own) from now on;
+        `rename(key)`: the key to file each entry under (default: as saved). They are used
+        by the next call whose key, codec and context match, as if this process had made
+        the calls that left them."""
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a zipcoll feedback state ({state.get('format')!r})")
+        world = MPI.COMM_WORLD
+        if (state["rank"], state["size"]) != (world.Get_rank(), world.Get_size()):
+            raise ValueError(f"residuals of rank {state['rank']} of {state['size']} loaded on "
+                             f"rank {world.Get_rank()} of {world.Get_size()}: residuals are "
+                             "per rank, each rank loads its own")
+        self._drop_gone()
+        for entry in state["entries"]:
+            key = as_key(entry["key"]) if rename is None else rename(as_key(entry["key"]))
+            codec = get_codec(json.loads(entry["codec"]))
+            feedback = ErrorFeedback(codec)
+            feedback.load_residuals({site: np.array(r) for site, r in entry["residuals"].items()})
+            self._clock += 1
+            self._by_key.pop((key, entry["level"]), None)
+            self._by_key[(key, entry["level"])] = ((codec, as_key(entry["context"])), feedback,
+                                                   self._clock)
+
+
+def as_key(value: Any) -> Hashable:
+    """A saved key as it was given: lists (as some formats return tuples) back to tuples."""
+    return tuple(as_key(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _portable(key: Any) -> bool:
+    """Whether a key means the same in another process: strings, numbers, None, tuples."""
+    if isinstance(key, tuple):
+        return all(_portable(k) for k in key)
+    return not isinstance(key, Identity) and (key is None or isinstance(key, (str, int, float)))
+
+
+def _host_copy(residual: Any) -> np.ndarray:
+    """A residual's values in host memory, owned by the copy."""
+    get = getattr(residual, "get", None)  # CuPy
+    return np.array(get() if callable(get) else residual)
 
 
 def _names(stored: Hashable, key: Hashable) -> bool:

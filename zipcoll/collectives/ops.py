@@ -1,10 +1,15 @@
-"""Reduction operations: MPI's predefined ops as NumPy/CuPy ufuncs, and which dtypes each takes."""
+"""Reduction operations: MPI's predefined ops as NumPy/CuPy ufuncs, and which dtypes each takes.
+
+bfloat16 (`ml_dtypes.bfloat16`, which NumPy sees as kind "V") counts as a float: it takes
+the ops floats take. MPI has no bfloat16 type, so zipcoll reduces it in float32 (`dispatch`).
+"""
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
@@ -19,11 +24,19 @@ class ReduceOp:
     kinds: str  # numpy dtype kinds: b bool, i signed, u unsigned, f float, c complex
 
     def supports(self, dtype: np.dtype) -> bool:
-        return dtype.kind in self.kinds
+        return kind_of(dtype) in self.kinds
 
     def reduce_into(self, acc: Any, other: Any, xp: Any = np, first: Any = None) -> None:
         """acc <- first (op) other, element-wise; `first` defaults to acc itself."""
         getattr(xp, self.ufunc)(acc if first is None else first, other, out=acc)
+
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def kind_of(dtype: np.dtype) -> str:
+    """NumPy's kind letter of `dtype`, with bfloat16 a float ("f")."""
+    return "f" if dtype == BFLOAT16 else dtype.kind
 
 
 # The kinds follow the MPI standard's table of ops x datatype groups (MPI-4.1, 6.9.2).

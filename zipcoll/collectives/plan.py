@@ -19,13 +19,17 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
 from zipcoll.collectives import encoding, registry, select
-from zipcoll.collectives.ops import BY_NAME, ReduceOp, check_supported, lookup, native_agrees
+from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
+                                     lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 from zipcoll.topologies import Topology
 from zipcoll.transport import TAGS_PER_CALL, cuda_awareness
 
-FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), BFLOAT16)
+# bfloat16 calls run on a float32 copy (accumulated in float32, rounded once at the end):
+# the schedules, the codecs and the cost model see that dtype (`Plan.work_dtype`).
+WORK_DTYPES = {BFLOAT16: np.dtype(np.float32)}
 
 # Calls run in slices of about SLICE_BYTES, at most PIPELINE_WINDOW at once (the rule is in
 # `_slicing`). A flat schedule sends 1/p of a slice at a time (ring, two-phase), so its slice
@@ -68,6 +72,11 @@ class Plan:
         return self.recv.count if self.send is None else self.send.count
 
     @property
+    def work_dtype(self) -> np.dtype:
+        """The dtype the schedule runs on: the buffers' own, float32 for bfloat16."""
+        return WORK_DTYPES.get(self.recv.dtype, self.recv.dtype)
+
+    @property
     def name(self) -> str:
         """The resolved algorithm, as a user would write it: "ring", "hierarchical:tree"."""
         return self.schedule.name + (f":{self.inner.name}" if self.inner else "")
@@ -91,7 +100,7 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     source = send if send is not None else recv
     to_mpi = buffers.handed_to_mpi(source)
     check_supported(reduce_op, source.dtype)
-    if mean and source.dtype.kind not in "fc":
+    if mean and kind_of(source.dtype) not in "fc":
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
     intra_codec, flat_codec, key = _codecs(codec, schedule, inner, key)
     _check_key(key)
@@ -114,9 +123,10 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         plan.reason = ("GPU buffers without CuPy: the MPI library's own Allreduce, "
                        "as mpi4py would call it")
     elif not isinstance(reduce_op, ReduceOp):
+        _check_mpi_has_type(source.dtype)
         plan.schedule, plan.inner = SCHEDULES["native"], None  # only MPI can apply a user op
     elif schedule is None:
-        _choose(plan, source.count * source.dtype.itemsize, selector)
+        _choose(plan, source.count * plan.work_dtype.itemsize, selector)
     elif schedule.two_level and inner is None:
         plan.inner = SCHEDULES[select.default_inner(flat_codec)]
     plan.slicing = _slicing(plan)
@@ -139,6 +149,13 @@ def _buffers(sendbuf: Any, recvbuf: Any) -> tuple[Buffer | None, Buffer | None]:
     send = None if sendbuf is MPI.IN_PLACE else buffers.as_array(sendbuf)
     recv = None if recvbuf is None else buffers.as_array(recvbuf, writable=True)
     return send, recv
+
+
+def _check_mpi_has_type(dtype: np.dtype) -> None:
+    """A user-defined op runs in the MPI library, which has no bfloat16 type."""
+    if dtype == BFLOAT16:
+        raise TypeError("a user-defined MPI.Op cannot reduce bfloat16 (MPI has no bfloat16 "
+                        "type); use a predefined op, or pass float32")
 
 
 def _check_mpi_can_do_it(codec: Codec | None, mean: bool) -> None:
@@ -208,7 +225,7 @@ def _feedback_as_key(intra: Codec | None, flat: Codec | None, key: Hashable,
 
 def _object_key(codec: ErrorFeedback) -> Hashable:
     """("feedback", id) for a caller's ErrorFeedback object; its residuals go when it does."""
-    key = ("feedback", id(codec))
+    key = ("feedback", encoding.Identity(id(codec)))
     if id(codec) not in _WATCHED:
         _WATCHED.add(id(codec))
         weakref.finalize(codec, _forget, key)
@@ -237,7 +254,8 @@ def _check_compressible(op: ReduceOp | MPI.Op, dtype: np.dtype, codec: Codec) ->
         raise ValueError(f"compressed all-reduce supports op SUM and 'mean', not {name}; "
                          "use codec=None for other ops")
     if dtype not in FLOATS:
-        raise TypeError(f"codec {codec.codec_id!r} compresses float16/32/64, not {dtype}")
+        raise TypeError(f"codec {codec.codec_id!r} compresses float16/32/64 and bfloat16, "
+                        f"not {dtype}")
 
 
 def _new_result(send: Buffer) -> Buffer:
@@ -287,7 +305,7 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     op = "sum" if plan.op is SUM else plan.op.name
     native = native_agrees(plan.op, plan.recv.dtype)
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
-                                                        plan.recv.dtype, op, selector, native)
+                                                        plan.work_dtype, op, selector, native)
     if not compress:
         plan.codec = plan.intra_codec = None
 
@@ -321,7 +339,7 @@ def _ratio(plan: Plan, nbytes: int) -> float:
     """How many times fewer bytes the flat codec puts on the wire (1 without one)."""
     if plan.codec is None or nbytes == 0:
         return 1.0
-    return nbytes / max(1, plan.codec.wire_bytes(plan.count, plan.recv.dtype.name))
+    return nbytes / max(1, plan.codec.wire_bytes(plan.count, plan.work_dtype.name))
 
 
 def _slicing(plan: Plan) -> Slicing:
@@ -341,7 +359,7 @@ def _slicing(plan: Plan) -> Slicing:
     Overrides: ZIPCOLL_SLICE_BYTES, ZIPCOLL_PIPELINE_WINDOW (read at import).
     """
     schedule = plan.schedule
-    nbytes = plan.count * plan.recv.dtype.itemsize
+    nbytes = plan.count * plan.work_dtype.itemsize
     if schedule.native:
         return Slicing()
     if schedule.two_level:

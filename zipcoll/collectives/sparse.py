@@ -36,8 +36,9 @@ from zipcoll.buffers import CUDA, Buffer
 from zipcoll.codecs.base import align8
 from zipcoll.collectives.agreement import code
 from zipcoll.collectives.call import Call, start
-from zipcoll.collectives.progress import check_threads
 from zipcoll.collectives.context import context_for
+from zipcoll.collectives.ops import BFLOAT16, kind_of
+from zipcoll.collectives.progress import check_threads
 from zipcoll.collectives.schedule import Steps
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies.trees import pof2_fold, pof2_rank
@@ -72,7 +73,9 @@ def sparse_allgather(values: Any, indices: Any, *, comm: MPI.Intracomm = MPI.COM
 
     >>> idx, val, counts = zipcoll.sparse_allgather(val, idx)   # doctest: +SKIP
     """
-    return _run(values, indices, comm, algorithm, None, k, None)[1]
+    call, (all_indices, all_values, counts) = _run(values, indices, comm, algorithm, None, k,
+                                                   None)
+    return all_indices, all_values.astype(call.values.dtype, copy=False), counts
 
 
 def sparse_allreduce(values: Any, indices: Any, size: int, *,
@@ -84,8 +87,11 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     top-k entries (see `sparse_allgather`) are non-zero.
     """
     call, (all_indices, all_values, _) = _run(values, indices, comm, algorithm, size, k, out)
-    dense = np.zeros(size, call.values.dtype)
+    given = call.values.dtype
+    all_values = _widened(all_values)
+    dense = np.zeros(size, all_values.dtype)
     np.add.at(dense, all_indices, all_values)  # sequential: rank order, same bits everywhere
+    dense = dense.astype(given, copy=False)  # bfloat16: the float32 sum rounded once
     if call.out is None:
         return dense
     if call.out.device == CUDA:
@@ -93,6 +99,11 @@ def sparse_allreduce(values: Any, indices: Any, size: int, *,
     else:
         call.out.array[...] = dense
     return out
+
+
+def _widened(values: np.ndarray) -> np.ndarray:
+    """bfloat16 values as float32 (exactly), to be summed; other dtypes as they are."""
+    return values.astype(np.float32) if values.dtype == BFLOAT16 else values
 
 
 # -- checks -------------------------------------------------------------------------------
@@ -129,7 +140,7 @@ def _validate(values: Any, indices: Any, algorithm: str, size: int | None, k: in
     if k is not None and algorithm != "gtopk":
         raise ValueError(f"k= applies to algorithm 'gtopk' only, not {algorithm!r}")
     vals, idx = _host_vector("values", values), _host_vector("indices", indices)
-    if vals.dtype.kind not in "iuf":
+    if kind_of(vals.dtype) not in "iuf":
         raise TypeError(f"values must have an integer or float dtype, not {vals.dtype}")
     if idx.dtype not in INDEX_DTYPES:
         raise TypeError(f"indices must be int32 or int64, not {idx.dtype}")
@@ -205,9 +216,10 @@ def _shown(call: SparseCall | None) -> list[str]:
 
 def _combined(t: Transport, call: SparseCall, k: int, tag: int) -> Steps:
     """The call's schedule; its steps return (indices, values, counts)."""
-    if call.algorithm == "gtopk":
-        wire = Wire(k, call.indices.dtype, call.values.dtype)
-        msg = wire.pack(*top_k(*combine(call.indices, call.values), k))
+    if call.algorithm == "gtopk":  # its sums: bfloat16 in float32, rounded once by the caller
+        values = _widened(call.values)
+        wire = Wire(k, call.indices.dtype, values.dtype)
+        msg = wire.pack(*top_k(*combine(call.indices, values), k))
         yield from gtopk_sparse(t, msg, wire, tag)
         indices, values = (a.copy() for a in wire.unpack(msg))
         return indices, values, [int(indices.size)]
