@@ -449,8 +449,15 @@ def transport_for(comm: MPI.Comm) -> Transport:
 
 
 def _delete_attachment(comm: MPI.Comm, keyval: int, held: Attachment) -> None:
-    """The attribute's delete callback: no MPI call here (see the module's docstring)."""
+    """The attribute's delete callback: it frees nothing itself (see the module's docstring).
+
+    One wait: the private duplicates' MPI_Comm_idup, if still in flight, completes first
+    (Open MPI crashes freeing a communicator under its own Idup). Every rank posted it
+    when it started its first call here, before its own MPI_Comm_free, so this returns.
+    """
     if held.transport is not None:
+        if held.transport.duplicating:
+            MPI.Request.Waitall(held.transport.duplicating)
         held.transport.retire()
     held.transport, held.context = None, None  # whoever still holds `held` holds no context
 
