@@ -116,7 +116,8 @@ def tight_bound(codec, x: np.ndarray) -> np.ndarray:
     a = np.abs(x.astype(np.float64))
     rows = block_view(codec, a)
     eps = max(np.finfo(x.dtype).eps, np.finfo(np.float32).eps)
-    tiny = codec.levels * 2.0**-149 + half_subnormal(x.dtype)
+    # the codec's own subnormal term, and the float32 step's rounding (half a subnormal)
+    tiny = (codec.levels + 1) * 2.0**-149 + half_subnormal(x.dtype)
     if isinstance(codec, Sign):
         counts = np.minimum(codec.block, x.size - codec.block * np.arange(rows.shape[0]))
         mean = np.repeat(rows.sum(axis=1) / counts, codec.block)[:x.size]
