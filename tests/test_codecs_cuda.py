@@ -74,3 +74,44 @@ else:
         device = codec.encode_with_residual(cuda.to_device(x), device_residual, seed=5)
         np.testing.assert_array_equal(device, host)
         np.testing.assert_array_equal(device_residual.copy_to_host(), residual)
+
+    from test_codecs_edges import EDGE_CASES, edge_case
+
+    EDGE_SPECS = ["int8:block=8", "int4:block=8", "int2:block=8", "int8:stochastic=true,block=8",
+                  "qsgd:block=8", "qsgd:levels=1,block=8", "qsgd:levels=100,block=8",
+                  "terngrad:block=8", "sign:block=8", "fp16", "bf16", "topk:k=5",
+                  "randomk:k=5", "threshold:tau=1e-40"]
+
+    @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+    @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+    @pytest.mark.parametrize("case", EDGE_CASES)
+    @pytest.mark.parametrize("spec", EDGE_SPECS)
+    def test_edges_of_float_match_host_and_hold_the_bound(spec, case, dtype):
+        codec = get_codec(spec)
+        x = edge_case(case, dtype, n=24)
+        host = codec.encode(x, seed=7)
+        device = codec.encode(cuda.to_device(x), seed=7)
+        np.testing.assert_array_equal(device, host)
+        out = cuda.device_array(x.size, dtype)
+        codec.decode(cuda.to_device(host), out=out)
+        y = out.copy_to_host()
+        np.testing.assert_array_equal(y, codec.decode(host))
+        bound = codec.error_bound(x)
+        err = np.abs(y.astype(np.float64) - x.astype(np.float64))
+        limited = np.isfinite(bound)
+        assert np.all(err[limited] <= bound[limited]), (x[limited], y[limited])
+
+    @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    @pytest.mark.parametrize("case", ["subnormal", "scale=1e-38", "scale=3e38", "huge_and_tiny",
+                                      "scale=1e300"])
+    @pytest.mark.parametrize("spec", ["int8:block=8", "qsgd:block=8", "sign:block=8"])
+    def test_edges_of_float_residual_matches_host(spec, case, dtype):
+        codec = get_codec(spec)
+        x = edge_case(case, dtype, n=24)
+        residual = np.zeros_like(x)
+        device_residual = cuda.to_device(residual)
+        host = codec.encode_with_residual(x, residual, seed=5)
+        device = codec.encode_with_residual(cuda.to_device(x), device_residual, seed=5)
+        np.testing.assert_array_equal(device, host)
+        np.testing.assert_array_equal(device_residual.copy_to_host(), residual)

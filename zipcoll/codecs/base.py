@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
@@ -372,6 +373,31 @@ def kernel_input(bk: Backend, x):
 def eps_of(dtype) -> float:
     """Relative rounding slack of a result in ``dtype`` computed through float32."""
     return float(max(np.finfo(dtype).eps, np.finfo(np.float32).eps))
+
+
+def overflow_at(maxexp: int, nmant: int) -> float:
+    """The smallest |x| that rounds to +-Inf in a binary float format with ``maxexp``
+    and ``nmant`` (NumPy's ``finfo`` names): its largest value plus half an ulp, where
+    round-to-nearest-even goes up (the largest value's last bit is odd)."""
+    return 2.0**maxexp - 2.0**(maxexp - nmant - 2)
+
+
+def overflow_of(dtype) -> float:
+    """``overflow_at`` of a NumPy float dtype (Inf for float64: nothing finite rounds past it)."""
+    info = np.finfo(dtype)
+    return math.inf if info.bits == 64 else overflow_at(info.maxexp, info.nmant)
+
+
+def finite_as_float32(x) -> np.ndarray:
+    """Where ``x`` stays finite cast to float32 (a float64 |x| at float32's overflow is not):
+    what the block codecs code as finite."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(np.asarray(x, dtype=np.float64)) < overflow_of(np.float32)
+
+
+def half_subnormal(dtype) -> float:
+    """Half the smallest subnormal of ``dtype``: the most rounding into it moves a tiny value."""
+    return float(np.finfo(dtype).smallest_subnormal) / 2
 
 
 def cpu_kernels():

@@ -1,14 +1,17 @@
 """Casts to 16 bits: ``fp16`` (IEEE half) and ``bf16`` (bfloat16), and ``none`` (raw).
 
-Rounding is to nearest even and overflow gives +-Inf, as IEEE casts do; NaN stays NaN
-and +-Inf stay +-Inf. ``bf16`` of float64 input rounds to odd into float32 first, so
+Rounding is to nearest even and overflow gives +-Inf, as IEEE casts do (and as mixed
+precision training expects: dynamic loss scaling detects overflow by its Inf); NaN
+stays NaN and +-Inf stay +-Inf. ``error_bound`` is Inf where a finite element
+overflows: |x| >= 65520 for ``fp16``, >= 2**128 - 2**119 for ``bf16``, and for ``bf16``
+of float16 input >= 65408, which rounds to 65536, past float16's range on decode. ``bf16`` of float64 input rounds to odd into float32 first, so
 the result is the correctly rounded bfloat16 (no double rounding).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import HEADER_BYTES, WireCodec
+from .base import HEADER_BYTES, WireCodec, overflow_at, overflow_of
 
 
 class _Cast(WireCodec):
@@ -52,14 +55,25 @@ class _Cast(WireCodec):
         """The wire values of ``body`` (any float dtype numpy can add)."""
         return body.view(self.wire_dtype)
 
+    #: the smallest |x| that decodes to +-Inf, by input dtype (none: the wire's own)
+    _overflow_for: dict = {}
+
+    def _wire_format(self) -> tuple[float, float, float]:
+        """The wire type's eps, smallest subnormal and overflow threshold."""
+        info = np.finfo(self.wire_dtype)
+        return float(info.eps), float(info.smallest_subnormal), overflow_of(self.wire_dtype)
+
     def error_bound(self, x) -> np.ndarray:
-        """Half an ulp of the wire type at |x| (relative ``eps/2``, or its subnormal step)."""
-        x = np.abs(np.asarray(x, dtype=np.float64))
-        info = np.finfo(self.wire_dtype) if self.wire_dtype != np.uint16 else None
+        """Half an ulp of the wire type at |x| (relative ``eps/2``, or half its subnormal
+        step); Inf where the cast overflows (the module docstring): the codec promises
+        an IEEE cast there, +-Inf, not a value near x."""
+        x = np.asarray(x)
+        overflow = self._overflow_for.get(np.dtype(x.dtype), self._wire_format()[2])
+        a = np.abs(x.astype(np.float64))
         # as Python floats: tiny / 2 in float16 would round to 0
-        eps, tiny = (float(info.eps), float(info.smallest_subnormal)) if info else (2.0**-7, 2.0**-133)
-        bound = np.maximum(x * eps / 2 * (1 + 1e-12), tiny / 2)
-        return np.where(np.isfinite(x), bound, np.inf)
+        eps, tiny, _ = self._wire_format()
+        bound = np.maximum(a * eps / 2 * (1 + 1e-12), tiny / 2)
+        return np.where(a < overflow, bound, np.inf)
 
 
 class FP16(_Cast):
@@ -80,6 +94,11 @@ class BF16(_Cast):
     codec_id = "bf16"
     wire_dtype = np.dtype(np.uint16)
     _decode_kernel = "bf16_decode"
+    # 65408 is the midpoint of bfloat16's 65280 and 65536 (a tie, to even: 65536)
+    _overflow_for = {np.dtype(np.float16): 65408.0}
+
+    def _wire_format(self) -> tuple[float, float, float]:
+        return 2.0**-7, 2.0**-133, overflow_at(128, 7)
 
     def _cast_to(self, bk, x, body) -> None:
         x32 = x if x.dtype == np.float32 else (

@@ -13,8 +13,16 @@ coded with one level fewer (``levels - 1`` for int8/int4, a step ``norm / (level
 1)``), so two codes are free for them; blocks without Inf are coded as if the rule did
 not exist. With 2 bits (int2, terngrad, qsgd with levels = 1) the one spare code
 means "not finite": +-Inf decode to NaN (the sign is lost); the rest of the block is
-unaffected. Scales are float32: finite inputs beyond float32's range (float64 only)
-overflow the step to Inf and decode to NaN or +-Inf.
+unaffected.
+
+Edges of float: steps are float32, so float64 input is coded as its float32 cast: an
+element beyond float32's range is the Inf of its sign there (decodes to it with 3 bits
+or more, to NaN with 2), and one below float32's smallest subnormal rounds as the cast
+does. A step is at most the input dtype's largest value over ``levels`` (QSGD's L2 norm
+can exceed every element: a block of float32 values near 3.4e38, or of float16 values
+whose norm passes 65504, is coded with that step, still unbiased), so nothing finite
+decodes to Inf. Blocks of tiny or subnormal values are coded like any others (half a
+step, where the step is float32's: finer than its subnormal spacing it rounds).
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ import numpy as np
 
 from .backend import backend_of
 from .base import (HEADER_BYTES, Header, WireCodec, align8, check_float_array, count_nonfinite,
-                   eps_of, kernel_input)
+                   eps_of, finite_as_float32, half_subnormal, kernel_input)
 from .kernels import rules
 
 _BITS_VIEW = {4: np.uint32, 8: np.uint64}
@@ -31,6 +39,12 @@ _BITS_VIEW = {4: np.uint32, 8: np.uint64}
 def _bits_of(x):
     """The IEEE bits of float32/float64 ``x``, as unsigned integers (a view)."""
     return x.view(_BITS_VIEW[x.itemsize])
+
+
+def _cap(dtype) -> float:
+    """The most a block's step times its levels may be: the input dtype's largest value
+    (float32's for float64 input, whose steps are float32)."""
+    return float(np.finfo(np.float16).max) if dtype == np.float16 else rules.FLOAT32_MAX
 
 
 class BlockQuantizer(WireCodec):
@@ -74,9 +88,10 @@ class BlockQuantizer(WireCodec):
 
     def _encode(self, bk, x, out, seed):
         p, scales, codes = self._payload(bk, x, out)
+        cap = _cap(x.dtype)
         x = kernel_input(bk, x)
         bk.kernels.block_encode(x, _bits_of(x), codes, scales, self.block, self.bits,
-                                self.levels, self.norm, self.stochastic, seed)
+                                self.levels, self.norm, self.stochastic, seed, cap=cap)
         return p
 
     def encode_with_residual(self, x, residual, out=None, seed: int | None = None):
@@ -116,38 +131,51 @@ class BlockQuantizer(WireCodec):
         scales, codes = self._sections(payload, h.n)
         bk.kernels.block_decode(codes, scales, out, self.block, self.bits, accumulate)
 
+    def _per_block(self, a: np.ndarray, fill) -> np.ndarray:
+        """``a`` padded with ``fill`` to whole blocks, one row a block."""
+        pad = (-a.size) % self.block
+        return np.concatenate([a, np.full(pad, fill, a.dtype)]).reshape(-1, self.block)
+
     def _block_norms(self, x: np.ndarray) -> np.ndarray:
-        """Norm of each block's finite elements (MEANABS: of all elements), per element."""
-        pad = (-x.size) % self.block
-        a = np.abs(np.concatenate([x.astype(np.float64), np.zeros(pad)])).reshape(-1, self.block)
-        finite = np.where(np.isfinite(a), a, 0.0)
+        """Norm of each block's elements finite in float32, per element."""
+        a = self._per_block(np.abs(x.astype(np.float64)), 0.0)
+        finite = np.where(finite_as_float32(a), a, 0.0)
         if self.norm == rules.ABSMAX:
             norms = finite.max(axis=1, initial=0.0)
-        elif self.norm == rules.L2:
-            norms = np.sqrt((finite ** 2).sum(axis=1))
         else:
-            counts = np.minimum(self.block, x.size - self.block * np.arange(a.shape[0]))
-            norms = a.sum(axis=1) / counts
+            norms = np.sqrt((finite ** 2).sum(axis=1))
         return np.repeat(norms, self.block)[:x.size]
 
     def _steps(self, x: np.ndarray) -> np.ndarray:
-        """The float32 step of each element's block, as float64 (one level fewer in a
-        block holding an Inf, from 3 bits up)."""
+        """The float32 step of each element's block, as float64, as the kernels choose
+        it (``rules.block_scale``): one level fewer in a block holding an Inf (in
+        float32), from 3 bits up; at most the dtype's largest value over the levels."""
         levels = np.full(x.size, float(self.levels))
         if self.bits >= 3:
-            pad = (-x.size) % self.block
-            inf = np.concatenate([np.isinf(x), np.zeros(pad, bool)]).reshape(-1, self.block)
+            a = self._per_block(np.abs(x.astype(np.float64)), 0.0)
+            with np.errstate(invalid="ignore"):
+                inf = ~finite_as_float32(a) & ~np.isnan(a)
             marked = np.repeat(inf.any(axis=1), self.block)[:x.size]
             levels[marked] = min(self.levels, (1 << (self.bits - 1)) - 2)
-        return (self._block_norms(x) / levels).astype(np.float32).astype(np.float64)
+        cap = _cap(x.dtype)
+        step = (np.minimum(self._block_norms(x), cap) / levels).astype(np.float32)
+        with np.errstate(over="ignore"):
+            over = levels.astype(np.float32) * step > cap
+        step[over] = np.nextafter(step[over], np.float32(0))
+        return step.astype(np.float64)
 
     def error_bound(self, x) -> np.ndarray:
-        """Half a step (one step if stochastic) of each element's block, plus rounding slack."""
+        """Half a step (one step if stochastic) of each element's block, plus rounding:
+        relative, and ``levels`` x 2**-149 where the step is finer than float32's
+        subnormal spacing (and half the dtype's smallest subnormal, where decoding into
+        float16 rounds). Inf for NaN, Inf, and float64 elements beyond float32's range
+        (coded as the Inf they are in float32)."""
         x = np.asarray(x)
         step = self._steps(x)
-        slack = 2 * eps_of(x.dtype) * (step * self.levels + np.abs(x)) + 1e-38
+        slack = (2 * eps_of(x.dtype) * (step * self.levels + np.abs(x))
+                 + self.levels * 2.0**-149 + half_subnormal(x.dtype))
         bound = (1.0 if self.stochastic else 0.5) * step + slack
-        return np.where(np.isfinite(x), bound, np.inf)
+        return np.where(finite_as_float32(x), bound, np.inf)
 
 
 class _Seeded:

@@ -8,14 +8,15 @@ which of its elements are not finite, and as its scale the block's non-finite va
 an Inf if every non-finite element of the block is that same Inf, else NaN. Those
 elements decode to that value (so +-Inf to themselves, unless a block mixes them), and
 the finite elements of such a block decode to 0 (an error of |x|, inside the bound).
-The other blocks are unaffected. A scale beyond float32's range (float64 input) is
-sent as float32's largest value.
+The other blocks are unaffected. float64 input is coded as its float32 cast: an element
+beyond float32's range is the Inf of its sign there; a mean |x| beyond it (float64
+elements just below that) is sent as float32's largest value.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .base import eps_of
+from .base import eps_of, finite_as_float32, half_subnormal
 from .kernels import rules
 from .quantize import BlockQuantizer
 
@@ -34,14 +35,15 @@ class Sign(BlockQuantizer):
 
     def error_bound(self, x) -> np.ndarray:
         """|x| + the block's scale: the value is replaced by +-scale (by 0 in a block
-        holding NaN or Inf, where the scale stands for the non-finite value)."""
+        holding NaN or Inf, in float32, where the scale stands for the non-finite value),
+        plus the rounding of decoding into float16."""
         x = np.asarray(x)
-        pad = (-x.size) % self.block
-        a = np.abs(np.concatenate([x.astype(np.float64), np.zeros(pad)])).reshape(-1, self.block)
+        a = self._per_block(np.abs(x.astype(np.float64)), 0.0)
         counts = np.minimum(self.block, x.size - self.block * np.arange(a.shape[0]))
+        finite = finite_as_float32(a).all(axis=1)
         with np.errstate(invalid="ignore", over="ignore"):
-            norms = a.sum(axis=1) / counts
-        scale = np.minimum(np.where(np.isfinite(norms), norms, 0.0), np.finfo(np.float32).max)
+            norms = np.where(finite, a.sum(axis=1), 0.0) / counts
+        scale = np.minimum(norms, np.finfo(np.float32).max)
         step = np.repeat(scale.astype(np.float32).astype(np.float64), self.block)[:x.size]
-        bound = (np.abs(x) + step) * (1 + 2 * eps_of(x.dtype))
-        return np.where(np.isfinite(x), bound, np.inf)
+        bound = (np.abs(x) + step) * (1 + 2 * eps_of(x.dtype)) + half_subnormal(x.dtype)
+        return np.where(finite_as_float32(x), bound, np.inf)

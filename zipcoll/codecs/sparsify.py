@@ -7,7 +7,15 @@ Indices are int32, so n < 2**31.
 NaN and Inf: ``topk`` ranks them above every finite value and ``threshold`` always
 sends them. If any is left out (more than k of them for ``topk``; ``randomk`` misses
 it), the header flag LOST_NONFINITE is set and every element not sent decodes to NaN,
-so a non-finite input never turns silently into a finite 0.
+so a non-finite input never turns silently into a finite 0; ``error_bound`` is then
+Inf everywhere (for ``randomk`` whenever k < n: which elements it sends depends on
+the seed).
+
+Edges of float: a value sent rounds to the value dtype as a cast does (float64 beyond
+float32's range, or float32 beyond 65504 with ``values="float16"``, is sent as +-Inf;
+below the value dtype's smallest subnormal, as 0). ``randomk``'s scaled value ``m x``
+(m the stratum size) overflows to +-Inf where it passes the dtype's largest value.
+``error_bound`` says Inf where these overflow.
 """
 from __future__ import annotations
 
@@ -17,7 +25,8 @@ import numpy as np
 
 from .backend import backend_of
 from .base import (FLAG_LOST_NONFINITE, HEADER_BYTES, WireCodec, align8, check_float_array,
-                   count_nonfinite, cpu_kernels, eps_of, kernel_input, read_header)
+                   count_nonfinite, cpu_kernels, eps_of, half_subnormal, kernel_input,
+                   overflow_of, read_header)
 from .quantize import _Seeded
 
 _VALUE_DTYPES = ("float32", "float16")
@@ -123,10 +132,15 @@ class _Sparse(WireCodec):
         bk.kernels.scatter(indices, values, out, accumulate)
 
     def _value_bound(self, x: np.ndarray) -> np.ndarray:
-        """Rounding of a sent value to the value dtype (none if the input is no wider)."""
-        narrower = np.dtype(self.values).itemsize < x.dtype.itemsize
-        with np.errstate(invalid="ignore"):  # Inf * 0: the caller masks non-finite x
-            return np.abs(x).astype(np.float64) * (np.finfo(self.values).eps if narrower else 0.0)
+        """Rounding of a sent value to the value dtype (none if the input is no wider):
+        an ulp, or half its smallest subnormal; Inf where it overflows to +-Inf."""
+        a = np.abs(x).astype(np.float64)
+        values = np.dtype(self.values)
+        if values.itemsize >= x.dtype.itemsize:
+            return np.zeros(a.shape)
+        bound = a * np.finfo(values).eps + half_subnormal(values)
+        with np.errstate(invalid="ignore"):  # NaN: the caller masks non-finite x
+            return np.where(a < overflow_of(values), bound, np.inf)
 
 
 def _check_count(codec_id: str, ratio, k) -> None:
@@ -175,11 +189,15 @@ class TopK(_Counted):
         return sent == count and super()._left_out_nonfinite(bk, x, sent, count)
 
     def error_bound(self, x) -> np.ndarray:
-        """|x| of the elements not sent (0 plus value rounding for those sent)."""
+        """|x| of the elements not sent (0 plus value rounding for those sent); Inf
+        everywhere if more than k elements are NaN/Inf (those not sent decode to NaN)."""
         x = np.asarray(x)
         bound = np.abs(x).astype(np.float64)
-        sent = _topk_indices(np, x, self.count(x.size))
+        k = self.count(x.size)
+        sent = _topk_indices(np, x, k)
         bound[sent] = self._value_bound(x[sent])
+        if count_nonfinite(np, x) > k:
+            bound[:] = np.inf
         return np.where(np.isfinite(x), bound, np.inf)
 
 
@@ -233,12 +251,23 @@ class RandomK(_Seeded, _Counted):
         bk.kernels.randomk_scatter(values, out, h.p0, h.p1, self.scaled, accumulate)
 
     def error_bound(self, x) -> np.ndarray:
-        """|x| if not sent, (m - 1)|x| if sent scaled: at most max(1, m - 1)|x|."""
+        """|x| if not sent, (m - 1)|x| if sent scaled: at most max(1, m - 1)|x| (m the
+        largest stratum), plus rounding. Inf where a scaled value m|x| overflows the
+        dtype on decode, and everywhere if x holds a NaN or Inf and k < n (any element
+        may be left out, and then every element not sent decodes to NaN)."""
         x = np.asarray(x)
         k = self.count(x.size)
         m = np.ceil(x.size / k) if k else 1.0
         factor = max(1.0, m - 1) if self.scaled else 1.0
-        bound = np.abs(x) * factor * (1 + 4 * eps_of(x.dtype)) + self._value_bound(x) * m
+        a = np.abs(x).astype(np.float64)
+        eps = eps_of(x.dtype)
+        bound = (a * factor * (1 + 4 * eps) + self._value_bound(x) * m
+                 + half_subnormal(x.dtype))
+        if self.scaled:
+            with np.errstate(invalid="ignore", over="ignore"):
+                bound = np.where(a * m * (1 + 4 * eps) < overflow_of(x.dtype), bound, np.inf)
+        if k < x.size and count_nonfinite(np, x):
+            bound[:] = np.inf
         return np.where(np.isfinite(x), bound, np.inf)
 
 

@@ -38,16 +38,16 @@ def _cacheable(kernel):
 
 @njit(inline="always")
 def _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
-                feedback, seed):
+                feedback, seed, cap):
     """Encode block ``b``; with ``feedback`` the residual array takes the target, then
     target - decoded. Returns the block's non-finite residual elements (0 without)."""
     if feedback:
         rules.add_block(x, r, b, block)
         _encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic,
-                      seed, True)
+                      seed, True, cap)
         return _nonfinite_in_block(r, b, block)  # the block is still in cache
     _encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
-                  seed, False)
+                  seed, False, cap)
     return 0
 
 
@@ -59,19 +59,19 @@ def _encoder(bits, kind, stochastic, feedback, parallel):
 
     if parallel:
         @njit(parallel=True, cache=True)
-        def encode(x, xb, r, rb, codes, scales, block, levels, seed):
+        def encode(x, xb, r, rb, codes, scales, block, levels, seed, cap):
             nonfinite = 0
             for b in prange(scales.size):
                 nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
-                                         kind, stochastic, feedback, seed)
+                                         kind, stochastic, feedback, seed, cap)
             return nonfinite
     else:
         @njit(cache=True)
-        def encode(x, xb, r, rb, codes, scales, block, levels, seed):
+        def encode(x, xb, r, rb, codes, scales, block, levels, seed, cap):
             nonfinite = 0
             for b in range(scales.size):
                 nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
-                                         kind, stochastic, feedback, seed)
+                                         kind, stochastic, feedback, seed, cap)
             return nonfinite
     return _cacheable(encode)
 
@@ -104,8 +104,11 @@ def _decoder(bits, accumulate, parallel):
 
 
 def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
-                 r=None, rb=None):
+                 r=None, rb=None, cap=rules.FLOAT32_MAX):
     """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``.
+
+    ``cap``: the largest finite value of the input's dtype (65504 for float16 input
+    widened to float32): no step times ``levels`` exceeds it.
 
     With a residual ``r`` (``rb``: its bits), encode ``x + r`` and leave in ``r`` the
     target less its decoded value (error feedback), in the same pass; returns how many
@@ -119,7 +122,7 @@ def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, se
         # numba types a read-only array (a JAX array's memory) without setitem, which the
         # feedback branch of the shared rule has: a writable alias, never written here
         x, xb = _writable(x), _writable(xb)
-    nonfinite = kernel(x, xb, r, rb, codes, scales, block, levels, seed)
+    nonfinite = kernel(x, xb, r, rb, codes, scales, block, levels, seed, float(cap))
     return int(nonfinite) if feedback else None
 
 

@@ -23,20 +23,21 @@ def _grid(n):
 
 
 @cuda.jit
-def _block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed):
+def _block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed, cap):
     b = cuda.grid(1)
     if b < scales.size:
         rules.encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed,
-                           False)
+                           False, cap)
 
 
 @cuda.jit
-def _block_encode_feedback(x, r, rb, codes, scales, block, bits, levels, kind, stochastic, seed):
+def _block_encode_feedback(x, r, rb, codes, scales, block, bits, levels, kind, stochastic, seed,
+                           cap):
     b = cuda.grid(1)
     if b < scales.size:
         rules.add_block(x, r, b, block)
         rules.encode_block(r, rb, codes, scales, b, block, bits, levels, kind, stochastic, seed,
-                           True)
+                           True, cap)
 
 
 @cuda.jit
@@ -84,22 +85,24 @@ def _scatter(indices, values, out, accumulate):
 
 
 def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
-                 r=None, rb=None):
+                 r=None, rb=None, cap=rules.FLOAT32_MAX):
     """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and float32 ``scales``.
+
+    ``cap``: the largest finite value of the input's dtype: no step times ``levels`` exceeds it.
 
     With a residual ``r`` (``rb``: its bits), encode ``x + r`` and leave in ``r`` the
     target less its decoded value (error feedback), in the same pass.
     """
     if r is None:
         _block_encode[_grid(scales.size), _THREADS](
-            x, xb, codes, scales, block, bits, levels, kind, stochastic, seed)
+            x, xb, codes, scales, block, bits, levels, kind, stochastic, seed, float(cap))
         return
     host = r if isinstance(r, np.ndarray) else None
     if host is not None:  # simulator: it copies each NumPy argument apart, so r and rb
         r = cuda.to_device(host)  # would stop sharing memory; one device copy, two views
         rb = r.view(rb.dtype)
     _block_encode_feedback[_grid(scales.size), _THREADS](
-        x, r, rb, codes, scales, block, bits, levels, kind, stochastic, seed)
+        x, r, rb, codes, scales, block, bits, levels, kind, stochastic, seed, float(cap))
     if host is not None:
         r.copy_to_host(host)
 

@@ -11,6 +11,13 @@ stream, a group of ``8 / gcd(bits, 8)`` codes filling ``bits / gcd(bits, 8)`` wh
 bytes, so every width from 1 to 8 packs into exactly ``ceil(n * bits / 8)`` bytes and
 each block starts on a byte. (For 1, 2, 4, 8 bits a group is one byte.)
 
+float64 input is coded as its float32 cast would be: an element at or beyond
+``FLOAT32_OVERFLOW`` counts as the Inf of its sign (below float32's smallest subnormal
+it rounds as the cast does). A step never exceeds ``cap / levels`` (``cap``: the largest
+finite value of the input dtype), so no code decodes beyond the input's range; a step
+below float32's normal range is used through ``v * 2**64`` (``inverse``), so a block of
+subnormals is coded to half its step like any other.
+
 Non-finite elements, by width (``top = 2**(bits-1) - 1``):
 
 - ``bits >= 3``: NaN gets the spare code ``-(top + 1)``. A block holding +-Inf is
@@ -37,7 +44,14 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _U30, _U27, _U31, _U11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 _ONE = np.uint64(1)
-_FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MAX = 3.4028234663852886e38
+#: the smallest float64 that rounds to float32's Inf (2**128 - 2**103), and its bits: a
+#: float64 element at or beyond it is coded as the Inf it is in float32, as a cast does
+FLOAT32_OVERFLOW = 3.4028235677973366e38
+_OVERFLOW_BITS = np.uint64(0x47EFFFFFF0000000)
+#: below this step, 1 / step overflows float32: the codes are computed from v * 2**64
+_TINY_STEP = 2.0**-126
+_PRE_TINY = 2.0**64
 
 
 @njit(cache=True)
@@ -96,28 +110,31 @@ def abs_top(xb, sign):
 
 
 @njit(cache=True)
-def max_finite_bits(xb, sign, inf):
-    """Largest ``xb[i] & sign`` below ``inf`` (|x| of the finite x, on their IEEE bits),
-    and how many are Inf."""
+def max_finite_bits(xb, sign, over, inf):
+    """Largest ``xb[i] & sign`` below ``over`` (|x| of the x finite in float32, on their
+    IEEE bits), and how many are in [over, inf] (Inf in float32: not NaN)."""
     top = abs_top(xb, sign)
-    if top < inf:  # all finite: the common case takes one vectorized pass
+    if top < over:  # all finite: the common case takes one vectorized pass
         return top, 0
     m = xb.dtype.type(0)
     infs = 0
     for i in range(xb.size):  # rare: a NaN or an Inf
         a = xb[i] & sign
-        m = max(m, a if a < inf else xb.dtype.type(0))
-        infs += a == inf
+        m = max(m, a if a < over else xb.dtype.type(0))
+        infs += (a >= over) & (a <= inf)
     return m, infs
 
 
 @njit(cache=True)
 def finite_absmax(xb):
-    """Largest finite |x| of the IEEE bits ``xb`` of x (float64), and how many Infs x has."""
+    """Largest |x| finite in float32 of the IEEE bits ``xb`` of x (float64), and how many
+    Infs x has (float64 input: Infs of its float32 cast)."""
     if xb.itemsize == 8:
-        m, infs = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), np.uint64(0x7FF0000000000000))
+        m, infs = max_finite_bits(xb, np.uint64(0x7FFFFFFFFFFFFFFF), _OVERFLOW_BITS,
+                                  np.uint64(0x7FF0000000000000))
         return np.uint64(m).view(np.float64), infs
-    m, infs = max_finite_bits(xb, np.uint32(0x7FFFFFFF), np.uint32(0x7F800000))
+    inf = np.uint32(0x7F800000)
+    m, infs = max_finite_bits(xb, np.uint32(0x7FFFFFFF), inf, inf)
     return np.float64(np.uint32(m).view(np.float32)), infs
 
 
@@ -150,7 +167,9 @@ def fixed_sum(x, top, power):
 
 @njit(cache=True)
 def finite_l2(x, xb):
-    """L2 norm of the finite elements of block ``x``, and how many Infs it has."""
+    """L2 norm of the elements of block ``x`` finite in float32, and how many Infs it has
+    (float64 input: Infs of its float32 cast). Squares of float32 values do not
+    overflow float64: the norm is finite, if beyond float32's range."""
     if x.itemsize == 4:
         top = abs_top(xb, np.uint32(0x7FFFFFFF))
         if top < np.uint32(0x7F800000):
@@ -159,8 +178,9 @@ def finite_l2(x, xb):
     infs = 0
     for i in range(x.size):
         v = np.float64(x[i])
-        m += v * v if math.isfinite(v) else 0.0
-        infs += math.isinf(v)
+        a = abs(v)
+        m += v * v if a < FLOAT32_OVERFLOW else 0.0
+        infs += a >= FLOAT32_OVERFLOW  # False for NaN
     return math.sqrt(m), infs
 
 
@@ -175,28 +195,51 @@ def block_norm(x, xb, kind):
 @njit(cache=True)
 def sign_scale(x, xb):
     """Scale of a sign block: mean |x|, at most float32's largest; if the block holds
-    NaN or Inf, its non-finite value (the Inf that all its non-finite elements are, else NaN)."""
+    NaN or Inf (float64 input: in float32), its non-finite value (the Inf that all its
+    non-finite elements are, else NaN)."""
     if x.itemsize == 4:
         top = abs_top(xb, np.uint32(0x7FFFFFFF))
         if top < np.uint32(0x7F800000):
             return np.float32(fixed_sum(x, top, 1) / max(x.size, 1))
     m = 0.0  # float64 input, or a NaN or an Inf: in order
     for i in range(x.size):
-        m += abs(np.float64(x[i]))
+        a = abs(np.float64(x[i]))
+        m += a if a < FLOAT32_OVERFLOW else math.inf  # NaN too: a sum of finite ones is finite
     if math.isfinite(m):
-        return np.float32(min(m / max(x.size, 1), _FLOAT32_MAX))
+        return np.float32(min(m / max(x.size, 1), FLOAT32_MAX))
     value = 0.0
-    for i in range(x.size):  # rare: a non-finite element, or finite ones summing past float64
-        v = np.float64(x[i])
-        if not math.isfinite(v):
-            value = v if value == 0.0 or value == v else math.nan
-    return np.float32(_FLOAT32_MAX if value == 0.0 else value)
+    for i in range(x.size):  # rare: a non-finite element (in float32)
+        w = np.float32(x[i])
+        if not math.isfinite(w):
+            value = w if value == 0.0 or value == w else math.nan
+    return np.float32(value)
 
 
 @njit(cache=True)
-def block_scale(norm, levels):
-    """Step between two codes of a block whose norm is ``norm`` (float32)."""
-    return np.float32(norm / levels)
+def block_scale(norm, levels, cap):
+    """Step between two codes of a block whose norm is ``norm`` (float32): ``norm /
+    levels``, at most ``cap / levels`` (``cap``: the input dtype's largest value, which
+    every |x| is at most), and never rounded up so far that ``levels`` steps exceed it:
+    no code decodes beyond the input's range, and the block's codes still span its |x|."""
+    s = np.float32(min(norm, cap) / levels)
+    if np.float32(levels) * s > cap:  # the top code would overflow: one ulp down
+        s = np.uint32(s.view(np.uint32) - np.uint32(1)).view(np.float32)
+    return s
+
+
+@njit(cache=True)
+def inverse(s):
+    """Factors ``(pre, inv)`` with ``v * pre * inv`` = v / s (float32, rounded once).
+
+    ``pre`` is 1 (exact: ``v * 1`` is ``v``, the same codes as a plain ``v * inv``)
+    unless 1 / s would overflow float32 (a step below its normal range, from a block of
+    tiny or subnormal values): then 2**64, which scales v exactly.
+    """
+    if s >= _TINY_STEP:
+        return np.float32(1.0), np.float32(1.0 / np.float64(s))
+    if s > 0:
+        return np.float32(_PRE_TINY), np.float32(1.0 / (np.float64(s) * _PRE_TINY))
+    return np.float32(1.0), np.float32(0.0)
 
 
 @njit(cache=True)
@@ -209,21 +252,24 @@ def uniform32(z, stochastic):
 
 
 @njit(cache=True)
-def quantize(v, inv, levels, bits, u, marked):
-    """Code of value ``v``: floor(v / scale + u) clipped to +-levels, in float32.
+def quantize(v, pre, inv, levels, bits, u, marked):
+    """Code of value ``v``: floor(v / scale + u) clipped to +-levels, in float32
+    (``v * pre * inv``: see ``inverse``).
 
-    Non-finite ``v`` gets its code of the module docstring (``marked``: its block is).
+    Non-finite ``v`` (in float32) gets its code of the module docstring (``marked``:
+    its block is).
     """
+    w = np.float32(v)
     if bits == 1:
         if marked:
-            return np.int32(0 if math.isfinite(v) else 1)
+            return np.int32(0 if math.isfinite(w) else 1)
         return np.int32(0 if v < 0 else 1)
-    f = np.floor(np.float32(v) * inv + u)
+    f = np.floor(w * pre * inv + u)
     f = min(max(f, -levels), levels)
     top = (1 << (bits - 1)) - 1
-    code = np.int32(f) if math.isfinite(v) else np.int32(-top - 1)  # a select: vectorizes
-    if marked and math.isinf(v):  # marked is the block's: the loop is unswitched on it
-        code = np.int32(top if v > 0 else -top)
+    code = np.int32(f) if math.isfinite(w) else np.int32(-top - 1)  # a select: vectorizes
+    if marked and math.isinf(w):  # marked is the block's: the loop is unswitched on it
+        code = np.int32(top if w > 0 else -top)
     return code
 
 
@@ -277,19 +323,23 @@ def add_block(x, r, b, block):
 
 
 @njit(cache=True)
-def code_of(xs, i, z, inv, levels, scale, bits, marked, stochastic, feedback):
+def code_of(xs, i, z, pre, inv, levels, scale, bits, marked, stochastic, feedback):
     """Code of ``xs[i]`` (``z``: its stream state); with ``feedback``, ``xs[i]`` becomes
     its value less the code's value: error feedback's residual, written while encoding."""
     v = xs[i]
-    q = quantize(v, inv, levels, bits, uniform32(z, stochastic), marked)
+    q = quantize(v, pre, inv, levels, bits, uniform32(z, stochastic), marked)
     if feedback:
         xs[i] = v - dequantize(q, scale, bits, marked)
     return q
 
 
 @njit(cache=True)
-def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed, feedback):
+def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic, seed, feedback,
+                 cap):
     """Quantize block ``b`` of ``x`` (``xb``: its IEEE bits) into ``codes`` and ``scales[b]``.
+
+    ``cap``: the largest finite value of the input's dtype (float16 input arrives here
+    as float32), the most a step times ``levels`` may be.
 
     With ``feedback``, ``x`` is error feedback's residual array holding the target and
     each of its elements becomes target - decoded, in the same pass. The CPU kernels
@@ -304,15 +354,15 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
         s = sign_scale(xs, xb[lo:hi])
         marked = not math.isfinite(s)
         scales[b] = s
-        inv = np.float32(0.0)
+        pre, inv = np.float32(1.0), np.float32(0.0)
     else:
         norm, infs = block_norm(xs, xb[lo:hi], kind)
         marked = infs > 0 and bits >= 3
         if marked:  # the two codes next to the spare one stand for +-Inf
             levels = min(levels, (1 << (bits - 1)) - 2)
-        s = block_scale(norm, levels)
+        s = block_scale(norm, levels, cap)
         scales[b] = -s if marked else s
-        inv = np.float32(1.0 / np.float64(s)) if s > 0 else np.float32(0.0)
+        pre, inv = inverse(s)
     lv = np.float32(levels)
     per, nbytes = group_of(bits)
     mask = (1 << bits) - 1
@@ -322,7 +372,7 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
         for j in range(full):
             byte = 0
             for t in range(per):
-                q = code_of(xs, j * per + t, z, inv, lv, s, bits, marked, stochastic, feedback)
+                q = code_of(xs, j * per + t, z, pre, inv, lv, s, bits, marked, stochastic, feedback)
                 z += STEP
                 byte |= (q & mask) << (t * bits)
             cs[j] = byte
@@ -330,7 +380,7 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
         for j in range(full):
             word = np.uint64(0)
             for t in range(per):
-                q = code_of(xs, j * per + t, z, inv, lv, s, bits, marked, stochastic, feedback)
+                q = code_of(xs, j * per + t, z, pre, inv, lv, s, bits, marked, stochastic, feedback)
                 z += STEP
                 word |= np.uint64(q & mask) << np.uint64(t * bits)
             for k in range(nbytes):
@@ -338,7 +388,7 @@ def encode_block(x, xb, codes, scales, b, block, bits, levels, kind, stochastic,
     if full * per < xs.size:  # the last block ends inside a group: its high bits stay 0
         word = np.uint64(0)
         for i in range(full * per, xs.size):
-            q = code_of(xs, i, z, inv, lv, s, bits, marked, stochastic, feedback)
+            q = code_of(xs, i, z, pre, inv, lv, s, bits, marked, stochastic, feedback)
             z += STEP
             word |= np.uint64(q & mask) << np.uint64((i - full * per) * bits)
         for k in range(cs.size - full * nbytes):
