@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
-from zipcoll.collectives import encoding, registry, select
+from zipcoll.collectives import encoding, registry, select, staging
 from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
                                      lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
@@ -104,8 +104,9 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
     intra_codec, flat_codec, key = _codecs(codec, schedule, inner, key)
     _check_key(key)
-    if source.device != buffers.HOST:
-        cuda_awareness()  # a bad ZIPCOLL_CUDA_AWARE raises here, before the agreement
+    if source.device != buffers.HOST:  # bad settings raise here, before the agreement
+        cuda_awareness()
+        staging.chunk_bytes(), staging.in_flight()
     if flat_codec is not None or intra_codec is not None:
         _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
     if schedule is not None and schedule.two_level:
@@ -303,7 +304,7 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     auto's answer never depends on the size.
     """
     op = "sum" if plan.op is SUM else plan.op.name
-    native = native_agrees(plan.op, plan.recv.dtype)
+    native = native_agrees(plan.op, plan.work_dtype)  # bfloat16 reduces as float32
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
                                                         plan.work_dtype, op, selector, native)
     if not compress:
