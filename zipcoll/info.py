@@ -57,6 +57,8 @@ def report() -> list[tuple[str, str]]:
 
 def codec_names() -> str:
     """The codec specs a user can pass: feedback is a wrapper, written around another."""
+    import zipcoll
+
     return ", ".join("feedback:X (error feedback around codec X)" if name == "feedback"
                      else name for name in zipcoll.list_codecs())
 
