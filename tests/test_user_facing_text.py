@@ -10,11 +10,11 @@ from zipcoll.codecs import ErrorFeedback, get_codec
 def test_zipcoll_info_lists_feedback_as_a_wrapper():
     from zipcoll.info import report
 
-    codecs = dict(report())["codecs"].split(", ")
+    lines = dict(report())
+    assert "\x00" not in lines["MPI library"]  # Open MPI ends the string with a NUL
+    codecs = lines["codecs"].split(", ")
     assert "feedback" not in codecs
     assert "feedback:X (error feedback around codec X)" in codecs
-    names = [c for c in codecs if not c.startswith("feedback")]
-    assert all(get_codec(name).codec_id == name for name in names)  # each listed one parses
     assert isinstance(get_codec("feedback:sign"), ErrorFeedback)
 
 

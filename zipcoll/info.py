@@ -39,7 +39,7 @@ def report() -> list[tuple[str, str]]:
         ("zipcoll", zipcoll.__version__),
         ("python", sys.version.split()[0]),
         ("mpi4py", _version("mpi4py")),
-        ("MPI library", MPI.Get_library_version().splitlines()[0].strip()),
+        ("MPI library", MPI.Get_library_version().rstrip("\x00").splitlines()[0].strip()),
         ("CUDA-aware MPI", "{} ({})".format(*cuda_awareness())),
         ("GPU staging", staging_rule()),
         ("numpy", _version("numpy")),
