@@ -66,6 +66,8 @@ class Plan:
     mean: bool = False  # divide the sum by the number of ranks
     topology: Topology | None = None
     reason: str = ""  # why the schedule differs from the one asked for, if it must
+    # auto sent lossless although a codec was passed: (codec, bytes, op, native) as priced
+    dropped: tuple | None = None
 
     @property
     def count(self) -> int:
@@ -308,6 +310,8 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
                                                         plan.work_dtype, op, selector, native)
     if not compress:
+        if plan.topology.size > 1 and (plan.codec is not None or plan.intra_codec is not None):
+            plan.dropped = (plan.codec or plan.intra_codec, nbytes, op, native)
         plan.codec = plan.intra_codec = None
 
 
