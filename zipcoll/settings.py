@@ -45,7 +45,7 @@ class Variable:
         return {"bool": "1/0, true/false, yes/no or on/off (any case)",
                 "int": f"an integer >= {self.least}, digits or with K, M or G (256K, 4M)",
                 "grid": "'XxY', two positive integers, e.g. '4x2'",
-                "path": "a file's path"}[self.kind]
+                "path": "the path of a readable file"}[self.kind]
 
     def shown(self, value: Any) -> str:
         """`value` as the variable would be written ("unset" for None)."""
@@ -108,7 +108,7 @@ def parse(variable: Variable, text: str) -> Any:
 
 def _parsed(kind: str, text: str) -> Any:
     if kind == "path":
-        return text or None
+        return text if os.path.isfile(text) and os.access(text, os.R_OK) else None
     text = text.lower()
     if kind == "bool":
         return _BOOLS.get(text)
@@ -236,13 +236,15 @@ def _checked(variable: Variable, value: Any) -> Any:
     fits = {"bool": isinstance(value, bool),
             "int": isinstance(value, int) and not isinstance(value, bool)
             and value >= variable.least,
-            "grid": isinstance(value, tuple) and len(value) == 2
+            "grid": isinstance(value, (tuple, list)) and len(value) == 2
             and all(isinstance(n, int) and n > 0 for n in value),
             "path": isinstance(value, os.PathLike)}[variable.kind]
+    if variable.kind == "path" and fits:
+        return _checked(variable, os.fspath(value))
     if not fits:
         raise ValueError(f"zipcoll.configure({variable.name}={value!r}): "
                          f"expected {variable.accepts()}")
-    return os.fspath(value) if variable.kind == "path" else value
+    return tuple(value) if variable.kind == "grid" else value
 
 
 def reload() -> Settings:
@@ -269,6 +271,24 @@ def table() -> list[tuple[str, str]]:
     return [(v.env, settings.errors.get(v.env) or _in_force(v, settings)) for v in VARIABLES]
 
 
+def markdown() -> str:
+    """The table of every variable, as docs/settings.md shows it."""
+    rows = ["| variable | takes | default | must agree across ranks | what it does |",
+            "|---|---|---|---|---|"]
+    for v in VARIABLES:
+        default = v.unset if v.default is None else _short(v.default)
+        rows.append(f"| `{v.env}` | {v.accepts()} | {default} | "
+                    f"{'yes' if v.agree else 'no'} | {v.meaning} |")
+    return "\n".join(rows)
+
+
+def _short(value: Any) -> str:
+    """A default as written in the table: 4M for 4194304."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 << 20 or value % (1 << 20):
+        return str(int(value) if isinstance(value, bool) else value)
+    return f"{value >> 20}M"
+
+
 def _in_force(variable: Variable, settings: Settings) -> str:
     given = variable.name in _overrides and "zipcoll.configure" or \
         os.environ.get(variable.env, "").strip() and "environment" or "default"
@@ -276,4 +296,4 @@ def _in_force(variable: Variable, settings: Settings) -> str:
 
 
 __all__ = ["Settings", "VARIABLES", "Variable", "configure", "current", "forget", "get",
-           "parse", "reload", "reset", "table"]
+           "markdown", "parse", "reload", "reset", "table"]
