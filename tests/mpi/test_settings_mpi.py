@@ -75,44 +75,41 @@ def test_a_setting_differing_across_ranks_is_a_mismatch_on_every_rank(comm, zipc
     assert after is None, repr(after)
 
 
-def test_configure_on_one_rank_after_the_first_call_is_a_mismatch_at_the_next(comm):
-    if comm.size == 1:
-        pytest.skip("needs two ranks to differ")
+def next_call_error(comm, change: dict) -> tuple[BaseException | None, np.ndarray]:
+    """After a first call on a fresh duplicate, `change` configured on rank 0 only: what
+    the next call raised, and the result of one more once rank 0 is back to the others."""
     x = np.ones(8, np.float32)
     fresh = comm.Dup()
     try:
         zipcoll.allreduce(x, comm=fresh, algorithm="ring")  # the first use: settings agree
         if comm.rank == 0:
-            zipcoll.configure(slice_bytes="4K")
-        with pytest.raises(MismatchError) as info:
-            zipcoll.allreduce(x, comm=fresh, algorithm="ring")
-        zipcoll.configure(slice_bytes=None)  # alike again
-        got = zipcoll.allreduce(x, comm=fresh, algorithm="ring")
+            zipcoll.configure(**change)
+        error = None
+        try:
+            zipcoll.allreduce(x, comm=fresh, algorithm="native")
+        except Exception as raised:  # asserted once every rank's calls are made
+            error = raised
+        zipcoll.configure(**{name: None for name in change})
+        return error, zipcoll.allreduce(x, comm=fresh, algorithm="ring")
     finally:
         fresh.Free()
-    assert "ZIPCOLL_SLICE_BYTES=4096 on rank 0; defaults on rank" in str(info.value)
-    np.testing.assert_array_equal(got, x * comm.size)
 
 
-def test_check_turned_off_on_one_rank_is_a_mismatch_not_a_hang(comm):
-    """The rank whose check is off still runs the agreement once (its settings changed),
-    which the others' checked call meets."""
+@pytest.mark.parametrize("change, named", [
+    ({"slice_bytes": "4K"}, "ZIPCOLL_SLICE_BYTES=4096"),
+    ({"pipeline_window": 3, "tag_blocks": 4}, "ZIPCOLL_PIPELINE_WINDOW=3 ZIPCOLL_TAG_BLOCKS=4"),
+    # the rank whose check is off runs the agreement once (its settings changed), which
+    # the others' checked call meets: no hang
+    ({"check": False}, "ZIPCOLL_CHECK=0"),
+], ids=["slice_bytes", "window_and_tags", "check"])
+def test_configure_on_one_rank_after_the_first_call_is_a_mismatch_at_the_next(comm, change,
+                                                                              named):
     if comm.size == 1:
         pytest.skip("needs two ranks to differ")
-    x = np.ones(8, np.float32)
-    fresh = comm.Dup()
-    try:
-        zipcoll.allreduce(x, comm=fresh, algorithm="ring")
-        if comm.rank == 0:
-            zipcoll.configure(check=False)
-        with pytest.raises(MismatchError) as info:
-            zipcoll.allreduce(x, comm=fresh, algorithm="native")
-        zipcoll.configure(check=None)
-        got = zipcoll.allreduce(x, comm=fresh, algorithm="native")
-    finally:
-        fresh.Free()
-    assert "ZIPCOLL_CHECK=0 on rank 0; defaults on rank" in str(info.value)
-    np.testing.assert_array_equal(got, x * comm.size)
+    error, got = next_call_error(comm, change)
+    assert isinstance(error, MismatchError), repr(error)
+    assert f"{named} on rank 0; defaults on rank" in str(error), str(error)
+    np.testing.assert_array_equal(got, np.full(8, comm.size, np.float32))
 
 
 def test_check_off_everywhere_agrees_once_after_a_change(comm):
