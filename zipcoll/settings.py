@@ -1,11 +1,11 @@
 """Every ZIPCOLL_* setting: read from the environment once, at first use, by one rule a kind.
 
-    >>> zipcoll.settings.get().slice_bytes          # ZIPCOLL_SLICE_BYTES=4M gives 4194304
-    >>> zipcoll.configure(check=False)              # wins over the environment
+    >>> zipcoll.settings.get().slice_bytes   # ZIPCOLL_SLICE_BYTES=4M: 4194304  # doctest: +SKIP
+    >>> zipcoll.configure(check=False)       # wins over the environment     # doctest: +SKIP
 
 Rules: a boolean is 1/0, true/false, yes/no or on/off (any case); an integer is digits,
 optionally with K, M or G (powers of 1024: 256K, 4M, also written 4MiB); a grid is "XxY";
-an empty variable is an unset one. docs/settings.md has the table of every variable.
+a path names a readable file; an empty variable is an unset one. docs/settings.md has the table of every variable.
 
 A bad value does not raise where it is read (`get`), so that no rank raises alone before
 the others know: it keeps its default, is listed in `Settings.errors`, and every call
