@@ -21,8 +21,12 @@ import zipcoll
 SIZES = (8, 4 << 10, 1 << 20, 16 << 20)
 
 
-def mean_seconds(call, calls: int, comm: MPI.Intracomm) -> float:
-    """Mean time of `call` over `calls`, the slowest rank's."""
+def mean_seconds(call, calls: int, comm: MPI.Intracomm, check: bool | None = None) -> float:
+    """Mean time of `call` over `calls`, the slowest rank's; `check`: zipcoll's check on or
+    off for them (the first call after a switch agrees once: settings changed; untimed)."""
+    if check is not None and zipcoll.settings.get().check != check:
+        zipcoll.configure(check=check)
+        call()
     comm.Barrier()
     start = time.perf_counter()
     for _ in range(calls):
@@ -30,25 +34,19 @@ def mean_seconds(call, calls: int, comm: MPI.Intracomm) -> float:
     return comm.allreduce((time.perf_counter() - start) / calls, op=MPI.MAX)
 
 
-def checked(enabled: bool):
-    def call(x, y):
-        os.environ["ZIPCOLL_CHECK"] = "1" if enabled else "0"
-        zipcoll.allreduce(x, y, algorithm="native")
-    return call
-
-
 def measure(nbytes: int, repeats: int, comm: MPI.Intracomm) -> dict:
     x = np.ones(nbytes // 4, np.float32)
     y = np.empty_like(x)
     calls = max(3, min(2000, (64 << 20) // max(nbytes, 1) // 8))
-    runs = {"mpi": lambda: comm.Allreduce(x, y), "checked": lambda: checked(True)(x, y),
-            "unchecked": lambda: checked(False)(x, y)}
-    for run in runs.values():
-        mean_seconds(run, max(1, calls // 10), comm)  # warm-up
+    zipcoll_call = lambda: zipcoll.allreduce(x, y, algorithm="native")  # noqa: E731
+    runs = {"mpi": (lambda: comm.Allreduce(x, y), None), "checked": (zipcoll_call, True),
+            "unchecked": (zipcoll_call, False)}
+    for run, check in runs.values():
+        mean_seconds(run, max(1, calls // 10), comm, check)  # warm-up
     times: dict = {name: [] for name in runs}
     for _ in range(repeats):
-        for name, run in runs.items():
-            times[name].append(mean_seconds(run, calls, comm))
+        for name, (run, check) in runs.items():
+            times[name].append(mean_seconds(run, calls, comm, check))
     return {name: statistics.median(t) for name, t in times.items()}
 
 

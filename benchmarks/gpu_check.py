@@ -90,18 +90,12 @@ def _device_arrays():
 MODES = {"staged": ("0", None), "whole": ("0", "message"), "direct": ("1", None)}
 
 
-_CHUNK_BYTES = os.environ.get("ZIPCOLL_STAGING_CHUNK_BYTES")  # the caller's, for "staged"
-
-
 def _set_mode(mode: str, size: int) -> None:
+    """The mode's settings (None: the caller's ZIPCOLL_STAGING_CHUNK_BYTES, for "staged")."""
+    import zipcoll
+
     aware, chunk = MODES[mode]
-    os.environ["ZIPCOLL_CUDA_AWARE"] = aware
-    if chunk is not None:
-        os.environ["ZIPCOLL_STAGING_CHUNK_BYTES"] = str(size)
-    elif _CHUNK_BYTES is None:
-        os.environ.pop("ZIPCOLL_STAGING_CHUNK_BYTES", None)
-    else:
-        os.environ["ZIPCOLL_STAGING_CHUNK_BYTES"] = _CHUNK_BYTES
+    zipcoll.configure(cuda_aware=aware, staging_chunk_bytes=None if chunk is None else size)
 
 
 def allreduce(args) -> list[dict]:
@@ -134,8 +128,7 @@ def allreduce(args) -> list[dict]:
                              "seconds": seconds, "bus_GBps": bus})
                 if comm.rank == 0:
                     print(_allreduce_line(rows[-1]), flush=True)
-    _set_mode("staged", 0)
-    os.environ.pop("ZIPCOLL_CUDA_AWARE")
+    zipcoll.configure(cuda_aware=None, staging_chunk_bytes=None)
     return rows if comm.rank == 0 else []
 
 

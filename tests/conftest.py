@@ -5,17 +5,47 @@
   appended to that file as they happen, one JSON object a line, so a run that dies
   (a timeout's os._exit, a crashed rank) still tells what passed and what was running.
   The last line also holds pytest's own counts, which tests/run.py checks its own against.
+- zipcoll's settings (ZIPCOLL_*, read once a process) are read again after every test, and
+  `zipcoll_env(NAME=value, ...)` sets variables for one test, read at the next use.
 """
 import json
 import os
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = str(Path(__file__).resolve().parent)
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
 _LOG = os.environ.get("ZIPCOLL_TEST_LOG")
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_again():
+    """What a test sets (zipcoll.configure, ZIPCOLL_* variables) ends with it."""
+    yield
+    settings = sys.modules.get("zipcoll.settings")
+    if settings is not None:
+        settings.reset()
+
+
+@pytest.fixture
+def zipcoll_env(monkeypatch):
+    """zipcoll_env(ZIPCOLL_X="value", ...): set (None: unset) variables for this test; the
+    settings read them at their next use."""
+    from zipcoll import settings
+
+    def set_variables(**variables: str | None) -> None:
+        for name, value in variables.items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        settings.forget()
+
+    return set_variables
 
 
 def _log(**entry) -> None:

@@ -205,14 +205,14 @@ def test_codec_spec_is_short_and_round_trips():
 
 # --------------------------------------------------------------------------- profiles
 
-def test_profile_json_round_trip(tmp_path, monkeypatch):
+def test_profile_json_round_trip(tmp_path, zipcoll_env):
     path = tmp_path / "profile.json"
     ROUND.save(str(path))
     assert cost.Profile.from_dict(json.loads(path.read_text())) == ROUND
-    monkeypatch.setenv(cost.PROFILE_ENV, str(path))
+    zipcoll_env(**{cost.PROFILE_ENV: str(path)})
     loaded = cost.load_profile()
     assert loaded.intra == INTRA and loaded.native == ROUND.native and loaded.source == str(path)
-    monkeypatch.delenv(cost.PROFILE_ENV)
+    zipcoll_env(**{cost.PROFILE_ENV: None})
     assert cost.load_profile() is DEFAULT_PROFILE
 
 

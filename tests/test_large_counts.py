@@ -1,7 +1,7 @@
 """Messages past the MPI library's count limit: the datatypes and chunks zipcoll hands MPI.
 
 MPI-3 counts are C ints (Open MPI 5.0 has no large-count "_c" functions):
-`transport.MAX_COUNT` (2**31 - 1, or ZIPCOLL_MAX_COUNT) items at most in one call.
+`transport.max_count()` (2**31 - 1, or ZIPCOLL_MAX_COUNT) items at most in one call.
 tests/mpi/test_large_counts.py runs every algorithm past it.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 import pytest
 from mpi4py import MPI
 
+import zipcoll
 from zipcoll import transport
 from zipcoll.collectives.schedules.native import native_chunks
 
@@ -39,8 +40,8 @@ def counts_in(datatype: MPI.Datatype) -> list[int]:
 @pytest.mark.parametrize("limit", [2, 3, 16, 100, 2**31 - 1])
 @pytest.mark.parametrize("nbytes", [0, 1, 2, 15, 16, 17, 255, 256, 257, 4004, 65537,
                                     2**31 + 7, 5 << 30, 2**63 - 1])
-def test_bytes_type_is_all_the_bytes_and_no_count_past_the_limit(monkeypatch, limit, nbytes):
-    monkeypatch.setattr(transport, "MAX_COUNT", limit)
+def test_bytes_type_is_all_the_bytes_and_no_count_past_the_limit(limit, nbytes):
+    zipcoll.configure(max_count=limit)
     if limit < 16 and nbytes > 1 << 20:
         pytest.skip("too deep a type to build in a test")
     datatype = transport.bytes_type(nbytes)
@@ -53,8 +54,8 @@ def test_bytes_type_is_all_the_bytes_and_no_count_past_the_limit(monkeypatch, li
         datatype.Free()
 
 
-def test_bytes_type_at_an_offset(monkeypatch):
-    monkeypatch.setattr(transport, "MAX_COUNT", 100)
+def test_bytes_type_at_an_offset():
+    zipcoll.configure(max_count=100)
     datatype = transport.bytes_type(1000, offset=3 << 31)
     try:
         assert datatype.Get_size() == 1000
@@ -67,8 +68,8 @@ def test_bytes_type_at_an_offset(monkeypatch):
 @pytest.mark.parametrize("count,limit,chunks", [(0, 10, 1), (1, 10, 1), (10, 10, 1), (11, 10, 2),
                                                 (100, 10, 10), (101, 10, 11),
                                                 (2**31 + 7, 2**31 - 1, 2)])
-def test_native_chunks(monkeypatch, count, limit, chunks):
-    monkeypatch.setattr(transport, "MAX_COUNT", limit)
+def test_native_chunks(count, limit, chunks):
+    zipcoll.configure(max_count=limit)
     bounds = native_chunks(count)
     assert len(bounds) == chunks
     assert bounds[0][0] == 0 and bounds[-1][1] == count
@@ -77,7 +78,7 @@ def test_native_chunks(monkeypatch, count, limit, chunks):
 
 
 def test_limit_from_the_environment():
-    code = "from zipcoll import transport; print(transport.MAX_COUNT)"
+    code = "from zipcoll import transport; print(transport.max_count())"
     env = dict(os.environ, ZIPCOLL_MAX_COUNT="1000")
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True).stdout.strip() == "1000"

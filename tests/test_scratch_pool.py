@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 
+import zipcoll
 from zipcoll import transport
 from zipcoll.transport import ScratchPool
 
@@ -17,8 +18,8 @@ def _cycle(pool: ScratchPool, nbytes: int) -> int:
     return id(view.raw)
 
 
-def test_budget_holds_beyond_the_latest_buffer(monkeypatch):
-    monkeypatch.setattr(transport, "SCRATCH_BYTES", 10 << 20)
+def test_budget_holds_beyond_the_latest_buffer():
+    zipcoll.configure(scratch_bytes=10 << 20)
     pool = ScratchPool()
     views = [pool.borrow(4 << 20, np.uint8) for _ in range(5)]  # one call's five buffers
     for view in views:
@@ -27,8 +28,8 @@ def test_budget_holds_beyond_the_latest_buffer(monkeypatch):
     assert pool.held() == 3 * (4 << 20)
 
 
-def test_a_buffer_larger_than_the_budget_is_reused(monkeypatch):
-    monkeypatch.setattr(transport, "SCRATCH_BYTES", 1 << 20)
+def test_a_buffer_larger_than_the_budget_is_reused():
+    zipcoll.configure(scratch_bytes=1 << 20)
     pool = ScratchPool()
     first = _cycle(pool, 8 << 20)
     assert all(_cycle(pool, 8 << 20) == first for _ in range(5))
@@ -43,8 +44,8 @@ def test_idle_buffers_are_released_by_other_calls():
     assert pool.held() == 0
 
 
-def test_threads_share_the_pool_safely(monkeypatch):
-    monkeypatch.setattr(transport, "SCRATCH_BYTES", 4 << 20)
+def test_threads_share_the_pool_safely():
+    zipcoll.configure(scratch_bytes=4 << 20)
     pool = ScratchPool()
     errors = []
 

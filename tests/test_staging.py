@@ -4,16 +4,16 @@ The pipeline itself runs under MPI and the CUDA simulator: tests/mpi/test_stagin
 """
 import pytest
 
+from zipcoll import settings
 from zipcoll.collectives import staging
 from zipcoll.collectives.staging import staging_chunks
 from zipcoll.transport import _queried_cuda_support, cuda_aware, cuda_awareness
 
 
 @pytest.fixture(autouse=True)
-def default_settings(monkeypatch):
-    for name in ("ZIPCOLL_STAGING_CHUNK_BYTES", "ZIPCOLL_STAGING_IN_FLIGHT",
-                 "ZIPCOLL_CUDA_AWARE"):
-        monkeypatch.delenv(name, raising=False)
+def default_settings(zipcoll_env):
+    zipcoll_env(ZIPCOLL_STAGING_CHUNK_BYTES=None, ZIPCOLL_STAGING_IN_FLIGHT=None,
+                ZIPCOLL_CUDA_AWARE=None)
 
 
 # -- the chunk rule -----------------------------------------------------------------------
@@ -39,9 +39,8 @@ def test_an_element_larger_than_a_chunk_is_a_chunk():
     assert staging_chunks(3, 16, most_bytes=10) == [(0, 1), (1, 2), (2, 3)]
 
 
-def test_the_environment_sets_the_chunk_bytes_and_buffers(monkeypatch):
-    monkeypatch.setenv("ZIPCOLL_STAGING_CHUNK_BYTES", "4096")
-    monkeypatch.setenv("ZIPCOLL_STAGING_IN_FLIGHT", "3")
+def test_the_environment_sets_the_chunk_bytes_and_buffers(zipcoll_env):
+    zipcoll_env(ZIPCOLL_STAGING_CHUNK_BYTES="4K", ZIPCOLL_STAGING_IN_FLIGHT="3")
     assert staging.chunk_bytes() == 4096 and staging.in_flight() == 3
     assert len(staging_chunks(10_000, 4)) == 10  # 1024 float32 a chunk at most
     assert staging_chunks(10_000, 4, most_bytes=40_000) == [(0, 10_000)]  # the argument wins
@@ -49,31 +48,31 @@ def test_the_environment_sets_the_chunk_bytes_and_buffers(monkeypatch):
 
 
 def test_defaults():
-    assert staging.chunk_bytes() == staging.STAGING_CHUNK_BYTES == 4 << 20
-    assert staging.in_flight() == staging.STAGING_IN_FLIGHT == 2
+    assert staging.chunk_bytes() == 4 << 20
+    assert staging.in_flight() == 2
 
 
 @pytest.mark.parametrize("name", ["ZIPCOLL_STAGING_CHUNK_BYTES", "ZIPCOLL_STAGING_IN_FLIGHT"])
-@pytest.mark.parametrize("value", ["0", "-4", "4M", "two"])
-def test_a_bad_setting_is_a_value_error_naming_it(monkeypatch, name, value):
-    monkeypatch.setenv(name, value)
+@pytest.mark.parametrize("value", ["0", "-4", "4X", "two"])
+def test_a_bad_setting_is_a_value_error_naming_it(zipcoll_env, name, value):
+    zipcoll_env(**{name: value})
     with pytest.raises(ValueError, match=name):
-        staging.chunk_bytes() if "BYTES" in name else staging.in_flight()
+        settings.current()
 
 
 # -- CUDA-awareness -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, answer", [("1", True), ("true", True), ("YES", True),
                                            ("0", False), ("false", False), (" no ", False)])
-def test_zipcoll_cuda_aware_overrides_the_mpi_library(monkeypatch, value, answer):
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", value)
-    assert cuda_awareness() == (answer, f"ZIPCOLL_CUDA_AWARE={value.strip()}")
+def test_zipcoll_cuda_aware_overrides_the_mpi_library(zipcoll_env, value, answer):
+    zipcoll_env(ZIPCOLL_CUDA_AWARE=value)
+    assert cuda_awareness() == (answer, f"ZIPCOLL_CUDA_AWARE={int(answer)}")
     assert cuda_aware() is answer
 
 
 @pytest.mark.parametrize("value", ["", "  "])
-def test_unset_or_blank_asks_the_mpi_library(monkeypatch, value):
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", value)
+def test_unset_or_blank_asks_the_mpi_library(zipcoll_env, value):
+    zipcoll_env(ZIPCOLL_CUDA_AWARE=value)
     assert cuda_awareness() == _queried_cuda_support()
 
 
@@ -88,17 +87,18 @@ def test_the_mpi_librarys_answer_names_its_source():
         assert "MPIX_Query_cuda_support" in source
 
 
-@pytest.mark.parametrize("value", ["2", "maybe", "on"])
-def test_a_bad_zipcoll_cuda_aware_is_a_value_error(monkeypatch, value):
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", value)
+@pytest.mark.parametrize("value", ["2", "maybe", "onn"])
+def test_a_bad_zipcoll_cuda_aware_is_a_value_error(zipcoll_env, value):
+    zipcoll_env(ZIPCOLL_CUDA_AWARE=value)
     with pytest.raises(ValueError, match="ZIPCOLL_CUDA_AWARE"):
-        cuda_aware()
+        settings.current()
+    assert cuda_awareness() == _queried_cuda_support()  # read without raising: its default
 
 
-def test_zipcoll_info_shows_the_answer_and_the_staging_rule(monkeypatch):
+def test_zipcoll_info_shows_the_answer_and_the_staging_rule(zipcoll_env):
     from zipcoll.info import report
 
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "0")
+    zipcoll_env(ZIPCOLL_CUDA_AWARE="0")
     lines = dict(report())
     assert lines["CUDA-aware MPI"] == "False (ZIPCOLL_CUDA_AWARE=0)"
     assert lines["GPU staging"].startswith(f"chunks of up to {4 << 20} bytes, 2 in flight")

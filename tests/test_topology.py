@@ -2,8 +2,8 @@
 
 import pytest
 
+from zipcoll import settings
 from zipcoll.topologies import Topology
-from zipcoll.topologies.topology import _parse_grid, _parse_ranks_per_node
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 7, 16])
@@ -90,16 +90,16 @@ def test_method_errors(method, args):
 
 @pytest.mark.parametrize("text, grid", [("2x2", (2, 2)), ("4X1", (4, 1)), (" 3x5 ", (3, 5))])
 def test_parse_grid(text, grid):
-    assert _parse_grid(text) == grid
+    assert settings.parse(settings.BY_NAME["grid"], text) == grid
 
 
-@pytest.mark.parametrize("text", ["2", "2x", "x2", "2x2x2", "2*2", "-1x4", "axb"])
+@pytest.mark.parametrize("text", ["2", "2x", "x2", "2x2x2", "2*2", "-1x4", "axb", "0x4"])
 def test_parse_grid_errors(text):
     with pytest.raises(ValueError, match="ZIPCOLL_GRID"):
-        _parse_grid(text)
+        settings.parse(settings.BY_NAME["grid"], text)
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "two", "1.5"])
 def test_parse_ranks_per_node_errors(text):
     with pytest.raises(ValueError, match="ZIPCOLL_RANKS_PER_NODE"):
-        _parse_ranks_per_node(text)
+        settings.parse(settings.BY_NAME["ranks_per_node"], text)

@@ -6,6 +6,7 @@
     total = zipcoll.allreduce(np.ones(1 << 20, np.float32), algorithm="ring")
     approx = zipcoll.allreduce(x, algorithm="hierarchical", codec="int8", key="grad")
     comm = zipcoll.Intracomm(MPI.COMM_WORLD)   # drop-in: comm.Allreduce(...) is zipcoll's
+    zipcoll.configure(slice_bytes="4M")        # or ZIPCOLL_SLICE_BYTES=4M (docs/settings.md)
 
 `zipcoll.torch` (PyTorch's DDP communication hook) is imported on first use.
 """
@@ -18,6 +19,7 @@ from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyError, ZipcollError
 from zipcoll.failures import abort_on_error
+from zipcoll.settings import configure
 from zipcoll.topologies import Topology
 from zipcoll.topologies.explain import explain
 
@@ -33,7 +35,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "ALGORITHMS", "CodecNotApplied", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
-    "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "explain", "feedback",
+    "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "configure",
+    "explain", "feedback",
     "get_codec", "iallreduce", "list_codecs", "sparse_allgather", "sparse_allreduce",
     "testall", "waitall", "waitany",
 ]

@@ -26,10 +26,11 @@ still running 10 s later). End a job on purpose with a non-zero status, or
 from __future__ import annotations
 
 import builtins
-import os
 import sys
 import threading
 from typing import Any
+
+from zipcoll import settings
 
 
 class RankExit(SystemExit):
@@ -82,12 +83,17 @@ class AbortOnError:
     """The excepthooks that abort the MPI job; call with False to turn them off."""
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get("ZIPCOLL_ABORT_ON_ERROR", "1").strip() not in ("0", "no")
+        self._enabled: bool | None = None  # None: the setting ZIPCOLL_ABORT_ON_ERROR
         self._installed = False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether an uncaught exception aborts the job: this object's call, else the setting."""
+        return settings.get().abort_on_error if self._enabled is None else self._enabled
 
     def __call__(self, enabled: bool = True) -> None:
         """Turn aborting on an uncaught exception on or off (it is on by default)."""
-        self.enabled = bool(enabled)
+        self._enabled = bool(enabled)
         if enabled:
             self.install()
 

@@ -1,4 +1,5 @@
-"""zipcoll-info: what zipcoll found on this machine (MPI, CUDA awareness, GPU libraries, layout)."""
+"""zipcoll-info: what zipcoll found on this machine (MPI, CUDA awareness, GPU libraries,
+layout) and every ZIPCOLL_* setting in force."""
 from __future__ import annotations
 
 import importlib
@@ -30,6 +31,7 @@ def report() -> list[tuple[str, str]]:
     from mpi4py import MPI
 
     import zipcoll
+    from zipcoll import settings
     from zipcoll.collectives.staging import staging_rule
     from zipcoll.transport import cuda_awareness
 
@@ -52,6 +54,7 @@ def report() -> list[tuple[str, str]]:
         ("nodes", f"{topology.num_nodes} ({[len(n) for n in topology.nodes]} ranks each)"),
         ("algorithms", ", ".join(zipcoll.ALGORITHMS)),
         ("codecs", codec_names()),
+        *settings.table(),
     ]
 
 

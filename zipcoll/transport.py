@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import os
 from collections import deque
 import gc
 import threading
@@ -25,6 +24,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll import settings
+
 # Each call gets a block of TAGS_PER_CALL consecutive tags, for its slices and for
 # sub-schedules that run side by side; blocks are used in turn up to the MPI's MPI_TAG_UB
 # (ZIPCOLL_TAG_BLOCKS lowers the count, to test the wrap), and a block still held by a
@@ -32,17 +33,20 @@ from mpi4py import MPI
 TAGS_PER_CALL = 256
 # Scratch kept between calls, one pool for the whole process (every transport, every
 # kind of memory): buffers given back during the last _SCRATCH_IDLE_CALLS calls of the
-# process, the most recent first, up to SCRATCH_BYTES in all; beyond that only the latest
-# buffer of each kind of memory, whatever its size (a call that repeats finds it again).
-SCRATCH_BYTES = int(os.environ.get("ZIPCOLL_SCRATCH_BYTES", 64 << 20))
+# process, the most recent first, up to ZIPCOLL_SCRATCH_BYTES in all; beyond that only the
+# latest buffer of each kind of memory, whatever its size (a call that repeats finds it again).
 _SCRATCH_IDLE_CALLS = 32
 # The most items one MPI call may name: MPI-3 counts and displacements are C ints (MPI-4's
 # large-count "_c" functions are not in every library: Open MPI 5.0 has none). Larger
 # messages go as one derived datatype of whole blocks (point to point, broadcast,
 # gathers: `bytes_type`), or in chunks (the library's own all-reduce, whose predefined ops
 # take predefined datatypes only). ZIPCOLL_MAX_COUNT lowers it, to run those paths on
-# small messages; read on every call, so a test may also set this module attribute.
-MAX_COUNT = max(2, int(os.environ.get("ZIPCOLL_MAX_COUNT", 2**31 - 1)))
+# small messages (`max_count()`, read on every call: zipcoll.configure may change it).
+
+
+def max_count() -> int:
+    """The most items one MPI call may name (ZIPCOLL_MAX_COUNT, else 2**31 - 1)."""
+    return settings.get().max_count
 
 
 class Transport:
@@ -136,20 +140,20 @@ class Transport:
     # -- collectives the schedules lean on ----------------------------------------
     def iallreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> MPI.Request:
         """The MPI library's own Iallreduce (typed by mpi4py from the dtype, so MPI applies
-        `op`), of at most MAX_COUNT items: the caller chunks larger ones."""
+        `op`), of at most max_count() items: the caller chunks larger ones."""
         return self.comm.Iallreduce(send, recv, op)
 
     def iallgatherv(self, send: Any, recv: Any, counts: list[int]) -> MPI.Request:
         """Start gathering every rank's bytes (counts[i] from rank i) into `recv`, in rank order."""
         counts = [int(c) for c in counts]
         displacements = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(int).tolist()
-        if max(counts + displacements) > MAX_COUNT:
+        if max(counts + displacements) > max_count():
             return self._iallgatherv_placed(send, recv, counts, displacements)
         return self.comm.Iallgatherv([send, MPI.BYTE], [recv, (counts, displacements), MPI.BYTE])
 
     def _iallgatherv_placed(self, send: Any, recv: Any, counts: list[int],
                             displacements: list[int]) -> MPI.Request:
-        """Iallgatherv past MAX_COUNT bytes: an Ialltoallw (my bytes to every rank) whose
+        """Iallgatherv past max_count() bytes: an Ialltoallw (my bytes to every rank) whose
         receive datatypes hold each rank's size and offset (offsets are MPI_Aint: 64-bit)."""
         p = self.size
         types = [bytes_type(counts[self.rank])] + [bytes_type(n, at)
@@ -240,11 +244,11 @@ def _nbytes(arr: Any) -> int:
 
 @contextlib.contextmanager
 def _as_bytes(arr: Any):
-    """mpi4py's spec of arr's bytes: [arr, MPI.BYTE] up to MAX_COUNT of them, else
+    """mpi4py's spec of arr's bytes: [arr, MPI.BYTE] up to max_count() of them, else
     [arr, 1, T] with T a datatype of them all, freed once the call naming it has started
     (MPI keeps a datatype that pending communication uses)."""
     nbytes = _nbytes(arr)
-    if nbytes <= MAX_COUNT:
+    if nbytes <= max_count():
         yield [arr, MPI.BYTE]
         return
     datatype = bytes_type(nbytes)
@@ -256,7 +260,7 @@ def _as_bytes(arr: Any):
 
 def bytes_type(nbytes: int, offset: int = 0) -> MPI.Datatype:
     """A committed datatype of `nbytes` contiguous bytes starting `offset` bytes in, in
-    which no count exceeds MAX_COUNT (the caller frees it)."""
+    which no count exceeds max_count() (the caller frees it)."""
     datatype = _bytes_type(nbytes)
     if offset:
         placed = MPI.Datatype.Create_struct([1], [offset], [datatype])
@@ -266,11 +270,11 @@ def bytes_type(nbytes: int, offset: int = 0) -> MPI.Datatype:
 
 
 def _bytes_type(nbytes: int) -> MPI.Datatype:
-    """Up to MAX_COUNT bytes: contiguous; more: `whole` blocks of ceil(nbytes / MAX_COUNT)
+    """Up to max_count() bytes: contiguous; more: `whole` blocks of ceil(nbytes / max_count())
     bytes (each such a type again), then the rest (likewise)."""
-    if nbytes <= MAX_COUNT:
+    if nbytes <= max_count():
         return MPI.BYTE.Create_contiguous(nbytes)
-    block = -(-nbytes // MAX_COUNT)
+    block = -(-nbytes // max_count())
     whole, rest = divmod(nbytes, block)
     parts = [_bytes_type(block)] + ([_bytes_type(rest)] if rest else [])
     try:
@@ -312,7 +316,7 @@ class _ScratchView:
 class ScratchPool:
     """Scratch buffers kept between calls for every transport of the process.
 
-    One pool, so that one budget (SCRATCH_BYTES) holds whatever the number of
+    One pool, so that one budget (ZIPCOLL_SCRATCH_BYTES) holds whatever the number of
     communicators, and a buffer left by a call on one communicator serves the next call
     of that size on any other. Its clock counts the calls of the whole process: a buffer
     not given back during the last _SCRATCH_IDLE_CALLS calls is dropped, so a
@@ -377,7 +381,7 @@ class ScratchPool:
         total = 0
         for used, kind, raw in recent:
             latest = self._latest.get(kind) is raw
-            if latest or total + raw.size <= SCRATCH_BYTES:
+            if latest or total + raw.size <= settings.get().scratch_bytes:
                 kept.setdefault(kind, []).append((raw, used))
                 total += 0 if latest else raw.size
         self._idle = kept
@@ -504,8 +508,8 @@ def _tag_upper_bound() -> int:
 def _tag_blocks(comm: MPI.Comm) -> int:
     """How many tag blocks this communicator's MPI offers (and ZIPCOLL_TAG_BLOCKS allows)."""
     blocks = (_tag_upper_bound() + 1) // TAGS_PER_CALL
-    limit = os.environ.get("ZIPCOLL_TAG_BLOCKS")
-    return max(2, min(blocks, int(limit))) if limit else blocks
+    limit = settings.get().tag_blocks
+    return blocks if limit is None else max(2, min(blocks, limit))
 
 
 def gather_placement(comm: MPI.Comm, extra: Any) -> list[tuple]:
@@ -523,25 +527,17 @@ def cuda_aware() -> bool:
     return cuda_awareness()[0]
 
 
-_CUDA_AWARE_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False,
-                      "no": False}
-
-
 def cuda_awareness() -> tuple[bool, str]:
     """Whether MPI can read GPU memory, and who said so.
 
-    ZIPCOLL_CUDA_AWARE=1/0 (true/false, yes/no) decides, read on every call so that a
-    job can switch; else the loaded MPI library's `MPIX_Query_cuda_support()` (Open MPI,
-    MPICH), asked once; a library without it is taken as not CUDA-aware (device data is
-    then staged through host memory, which is always safe).
+    The setting ZIPCOLL_CUDA_AWARE (zipcoll.settings) decides; unset, the loaded MPI
+    library's `MPIX_Query_cuda_support()` (Open MPI, MPICH), asked once; a library without
+    it is taken as not CUDA-aware (device data is then staged through host memory, which
+    is always safe).
     """
-    forced = os.environ.get("ZIPCOLL_CUDA_AWARE")
-    if forced is not None and forced.strip():
-        value = _CUDA_AWARE_VALUES.get(forced.strip().lower())
-        if value is None:
-            raise ValueError(f"ZIPCOLL_CUDA_AWARE={forced!r}: expected 1 or 0 "
-                             "(true/false, yes/no), or unset to ask the MPI library")
-        return value, f"ZIPCOLL_CUDA_AWARE={forced.strip()}"
+    forced = settings.get().cuda_aware
+    if forced is not None:
+        return forced, f"ZIPCOLL_CUDA_AWARE={int(forced)}"
     return _queried_cuda_support()
 
 

@@ -78,12 +78,12 @@ def comm() -> MPI.Intracomm:
 
 
 @pytest.fixture
-def small_slices(monkeypatch) -> int:
+def small_slices() -> int:
     """Slices of 4 KiB (and every rank its own node, with `sliced_topology`): small test
     messages then run in several slices, as large ones do on a cluster."""
-    from zipcoll.collectives import plan
+    import zipcoll
 
-    monkeypatch.setattr(plan, "SLICE_BYTES", 4096)
+    zipcoll.configure(slice_bytes=4096)  # tests/conftest.py resets it after the test
     return 4096
 
 

@@ -57,13 +57,13 @@ def test_explain_is_the_same_on_every_rank(comm, codec):
         assert ranking.best == ranking[0][1] and str(ranking).count("\n") == len(ranking) + 2
 
 
-def test_ranks_with_different_profiles_still_agree(comm, tmp_path, monkeypatch):
+def test_ranks_with_different_profiles_still_agree(comm, tmp_path, zipcoll_env):
     # each rank points ZIPCOLL_PROFILE at its own, different file: rank 0's is used everywhere
     own = cost.Profile(cost.Link(1e-6 * (comm.rank + 1), 1e-9), cost.Link(1e-5, 1e-8 * (comm.rank + 1)),
                        cost.Rate(1e9), 0.0, 0.0)
     path = tmp_path / f"rank{comm.rank}.json"
     own.save(str(path))
-    monkeypatch.setenv(cost.PROFILE_ENV, str(path))
+    zipcoll_env(**{cost.PROFILE_ENV: str(path)})
     fresh = comm.Dup()  # a communicator with no profile cached yet
     try:
         selector = shared_profile(fresh)

@@ -137,15 +137,15 @@ def _cupy_on_a_gpu():
 @pytest.mark.parametrize("algorithm, codec", [("native", None), ("ring", None),
                                               ("hierarchical", None), ("auto", None),
                                               ("ring", "int8"), ("hierarchical", "fp16")])
-def test_cupy_arrays(comm, monkeypatch, algorithm, codec, cuda_aware):
+def test_cupy_arrays(comm, zipcoll_env, algorithm, codec, cuda_aware):
     """CuPy arrays: lossless results equal MPI's on the host copy; a codec's are close."""
     cupy = _cupy_on_a_gpu()
     if cupy is None:
         pytest.skip("needs CuPy and a CUDA GPU")
     if cuda_aware == "1" and not mpi_is_cuda_aware():
         pytest.skip("MPI is not CUDA-aware")
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", cuda_aware)
-    monkeypatch.setenv("ZIPCOLL_STAGING_CHUNK_BYTES", "1024")  # staged: 4 chunks of 1000
+    zipcoll_env(ZIPCOLL_CUDA_AWARE=cuda_aware,
+                ZIPCOLL_STAGING_CHUNK_BYTES="1024")  # staged: 4 chunks of 1000
     data = rank_data("float32", 1000, comm.rank)
     out = zipcoll.allreduce(cupy.asarray(data), comm=comm, algorithm=algorithm, codec=codec)
     assert isinstance(out, cupy.ndarray)
@@ -158,7 +158,8 @@ def test_cupy_arrays(comm, monkeypatch, algorithm, codec, cuda_aware):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("algorithm", ["native", "ring", "auto"])
-def test_numba_arrays_without_cupy_are_staged_on_a_gpu(comm, monkeypatch, algorithm):
+def test_numba_arrays_without_cupy_are_staged_on_a_gpu(comm, monkeypatch, zipcoll_env,
+                                                       algorithm):
     """No CuPy, a real GPU, MPI not CUDA-aware: Numba copies the data through pinned
     memory in chunks, and MPI's own Allreduce reduces each (the plan is native)."""
     from zipcoll.devices import cuda_driver_present
@@ -168,8 +169,7 @@ def test_numba_arrays_without_cupy_are_staged_on_a_gpu(comm, monkeypatch, algori
     from numba import cuda
 
     monkeypatch.setitem(sys.modules, "cupy", None)
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "0")
-    monkeypatch.setenv("ZIPCOLL_STAGING_CHUNK_BYTES", "1024")
+    zipcoll_env(ZIPCOLL_CUDA_AWARE="0", ZIPCOLL_STAGING_CHUNK_BYTES="1024")
     data = rank_data("int32", 1000, comm.rank)
     buf = cuda.to_device(data)
     zipcoll.allreduce(MPI.IN_PLACE, buf, comm=comm, algorithm=algorithm)

@@ -141,9 +141,9 @@ def test_mismatch_names_what_each_rank_had(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_check_can_be_turned_off(comm, monkeypatch):
+def test_check_can_be_turned_off(comm, zipcoll_env):
     """ZIPCOLL_CHECK=0: no agreement round; a good call still works."""
-    monkeypatch.setenv("ZIPCOLL_CHECK", "0")
+    zipcoll_env(ZIPCOLL_CHECK="0")
     assert not zipcoll.collectives.api.checks_enabled()
     assert_still_in_step(comm, "ring")
     assert_still_in_step(comm, "native")

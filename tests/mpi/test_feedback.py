@@ -131,8 +131,8 @@ def test_reset_restarts_the_sequence(comm):
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "allgather"])
-def test_sliced_calls_keep_a_residual_per_slice(comm, monkeypatch, algorithm):
-    """In slices (each rank its own node; int2's slices p x 16 x SLICE_BYTES / 8: 5 to 9 of
+def test_sliced_calls_keep_a_residual_per_slice(comm, algorithm):
+    """In slices (each rank its own node; int2's slices p x 16 x slice_bytes / 8: 5 to 9 of
     N), every slice's encode sites keep their own residuals: together as large as
     unsliced, and the mean converges."""
     from zipcoll.collectives import plan
@@ -141,7 +141,7 @@ def test_sliced_calls_keep_a_residual_per_slice(comm, monkeypatch, algorithm):
                       key="whole", comm=comm)
     whole = zipcoll.feedback.nbytes()
     zipcoll.feedback.reset()
-    monkeypatch.setattr(plan, "SLICE_BYTES", 64)
+    zipcoll.configure(slice_bytes=64)
     topology = zipcoll.Topology.from_comm(comm, ranks_per_node=1)
     x = rank_data("float32", N, comm.rank)
     slices = plan.make_plan(x, None, "sum", algorithm, "int2", "g", topology).slicing.slices

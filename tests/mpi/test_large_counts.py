@@ -1,6 +1,6 @@
 """Messages past the MPI library's count limit (C ints: 2**31 - 1 items in one call).
 
-`transport.MAX_COUNT` stands for the limit. Lowered to a few bytes, every message of
+ZIPCOLL_MAX_COUNT (`zipcoll.configure(max_count=...)`) stands for the limit. Lowered to a few bytes, every message of
 every algorithm goes past it (as one derived datatype of blocks, or native's chunks), on
 small data, at every world size; results are compared with MPI's own Allreduce and with
 the same call under the real limit, bit for bit. One test moves real messages of
@@ -30,8 +30,8 @@ ALGORITHMS = LOSSLESS + ("hierarchical", "torus")
 
 
 @pytest.fixture
-def small_limit(monkeypatch):
-    monkeypatch.setattr(transport, "MAX_COUNT", LIMIT)
+def small_limit():
+    zipcoll.configure(max_count=LIMIT)
     return LIMIT
 
 
@@ -53,22 +53,22 @@ def test_every_algorithm_past_the_limit(comm, small_limit, algorithm, op, dtype)
 
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "dbtree", "twophase", "allgather",
                                        "hierarchical"])
-def test_compressed_past_the_limit_sends_the_same_bytes(comm, monkeypatch, algorithm):
+def test_compressed_past_the_limit_sends_the_same_bytes(comm, algorithm):
     data = rank_data("float32", COUNT, comm.rank)
     under = zipcoll.allreduce(data, comm=comm, algorithm=algorithm, codec="int8")
-    monkeypatch.setattr(transport, "MAX_COUNT", LIMIT)
+    zipcoll.configure(max_count=LIMIT)
     past = zipcoll.allreduce(data, comm=comm, algorithm=algorithm, codec="int8")
     np.testing.assert_array_equal(past, under)
 
 
 @pytest.mark.parametrize("algorithm", ["allgatherv", "gtopk"])
-def test_sparse_past_the_limit(comm, monkeypatch, algorithm):
+def test_sparse_past_the_limit(comm, algorithm):
     rng = np.random.default_rng(comm.rank)
     nnz = 50 + 31 * comm.rank  # every rank its own count: 600 bytes and more a rank
     indices, values = rng.integers(0, 500, nnz), rng.standard_normal(nnz)
     k = 40 if algorithm == "gtopk" else None  # a gtopk message: 648 bytes
     under = zipcoll.sparse_allgather(values, indices, comm=comm, algorithm=algorithm, k=k)
-    monkeypatch.setattr(transport, "MAX_COUNT", LIMIT)
+    zipcoll.configure(max_count=LIMIT)
     past = zipcoll.sparse_allgather(values, indices, comm=comm, algorithm=algorithm, k=k)
     for a, b in zip(past, under):
         np.testing.assert_array_equal(a, b)

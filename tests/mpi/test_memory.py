@@ -131,11 +131,11 @@ def _scratch_calls(comms: list, count: int) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_scratch_has_one_budget_and_idles_out(comm, monkeypatch):
+def test_scratch_has_one_budget_and_idles_out(comm):
     """Calls on communicators of several sizes hold at most the budget in all (and the
     latest buffer), and scratch no call has used for a while is released."""
     budget = 6 << 20
-    monkeypatch.setattr(transport, "SCRATCH_BYTES", budget)
+    zipcoll.configure(scratch_bytes=budget)
     rank, size = comm.rank, comm.size
     comms = [comm.Dup(), comm.Split(int(rank >= (size + 1) // 2), rank),
              comm.Split(rank % 2, rank), comm.Split(rank % 3, rank)]

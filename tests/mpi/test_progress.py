@@ -78,10 +78,10 @@ def test_a_thousand_in_flight(comm):
     assert _many_in_flight(comm, 1000, seed=1) == []
 
 
-def test_tags_wrap_only_onto_finished_calls(comm, monkeypatch):
+def test_tags_wrap_only_onto_finished_calls(comm):
     """With 4 tag blocks, 200 calls in flight must reuse blocks only once their call ended."""
-    monkeypatch.setenv("ZIPCOLL_TAG_BLOCKS", "4")
-    small = comm.Dup()  # a fresh communicator reads the variable
+    zipcoll.configure(tag_blocks=4)
+    small = comm.Dup()  # a communicator first used now takes the setting
     try:
         assert _many_in_flight(small, 200, seed=2) == []
     finally:
@@ -168,8 +168,8 @@ def test_residuals_of_a_feedback_object_go_with_it(comm):
     assert zipcoll.feedback.nbytes() == 0, zipcoll.feedback.keys()
 
 
-def test_grid_variable_that_does_not_fit_is_ignored(comm, monkeypatch):
-    monkeypatch.setenv("ZIPCOLL_GRID", f"{comm.size + 1}x1")
+def test_grid_variable_that_does_not_fit_is_ignored(comm, zipcoll_env):
+    zipcoll_env(ZIPCOLL_GRID=f"{comm.size + 1}x1")
     other = comm.Dup()
     try:
         x = rank_data("int32", 10, comm.rank)
@@ -192,13 +192,12 @@ def test_freed_communicator_gets_a_clear_error(comm):
 
 def test_scratch_is_bounded_and_shrinks(comm):
     from zipcoll.collectives.context import context_for
-    from zipcoll.transport import SCRATCH_BYTES
 
     other = comm.Dup()
     try:
         t = context_for(other).transport
         zipcoll.allreduce(np.ones(3 << 20, np.float32), comm=other, algorithm="ring")
-        assert t.scratch_bytes() <= max(SCRATCH_BYTES, 3 << 22)
+        assert t.scratch_bytes() <= max(zipcoll.settings.get().scratch_bytes, 3 << 22)
         for _ in range(40):
             zipcoll.allreduce(np.ones(8, np.float32), comm=other, algorithm="ring")
         assert t.scratch_bytes() < 1 << 20  # the large call's scratch was dropped

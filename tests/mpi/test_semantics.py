@@ -33,8 +33,8 @@ def comms(comm):
 
 
 @pytest.fixture(params=["1", "0"], ids=["checked", "unchecked"])
-def check(request, monkeypatch):
-    monkeypatch.setenv("ZIPCOLL_CHECK", request.param)
+def check(request, zipcoll_env):
+    zipcoll_env(ZIPCOLL_CHECK=request.param)
     return request.param
 
 
@@ -272,17 +272,17 @@ def test_waitall_mixes_zipcoll_and_mpi_requests(comm):
     expect(recv, 2, comm.size)
 
 
-def test_one_ranks_bad_setting_raises_on_every_rank(comm, monkeypatch):
+def test_one_ranks_bad_setting_raises_on_every_rank(comm, zipcoll_env):
     """A ZIPCOLL_CUDA_AWARE that only one rank cannot parse (device buffers read it)."""
     from arrays import FakeCUDA
 
     if comm.size == 1:
         pytest.skip("needs another rank to stay good")
     culprit = comm.size - 1
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "perhaps" if comm.rank == culprit else "0")
+    zipcoll_env(ZIPCOLL_CUDA_AWARE="perhaps" if comm.rank == culprit else "0")
     x = FakeCUDA(ones(1, 64))
     with pytest.raises((ValueError, MismatchError)) as info:
         zipcoll.allreduce(MPI.IN_PLACE, x, comm=comm, algorithm="ring")
     assert isinstance(info.value, MismatchError) == (comm.rank != culprit), repr(info.value)
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "0")
+    zipcoll_env(ZIPCOLL_CUDA_AWARE="0")
     expect(zipcoll.allreduce(ones(2, 64), comm=comm, algorithm="ring"), 2, comm.size)

@@ -43,10 +43,9 @@ CHUNK_BYTES = 48  # 6 float64 or 12 float32/int32 a chunk: 4-7 chunks of N
 
 
 @pytest.fixture(autouse=True)
-def staged(monkeypatch):
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "0")
-    monkeypatch.setenv("ZIPCOLL_STAGING_CHUNK_BYTES", str(CHUNK_BYTES))
-    monkeypatch.delenv("ZIPCOLL_STAGING_IN_FLIGHT", raising=False)
+def staged(zipcoll_env):
+    zipcoll_env(ZIPCOLL_CUDA_AWARE="0", ZIPCOLL_STAGING_CHUNK_BYTES=str(CHUNK_BYTES),
+                ZIPCOLL_STAGING_IN_FLIGHT=None)
 
 
 def _allreduce(comm, send, recv, op, algorithm, codec=None):
@@ -160,13 +159,13 @@ class LoggedDeviceArray:
 
 
 @pytest.mark.parametrize("buffers_in_flight", [1, 2, 3])
-def test_the_pipeline_copies_the_next_chunk_before_reducing_this_one(comm, monkeypatch,
+def test_the_pipeline_copies_the_next_chunk_before_reducing_this_one(comm, zipcoll_env,
                                                                      buffers_in_flight):
     """Order of copies and all-reduces: chunk i+1's copy in is queued before chunk i is
     reduced; chunk i goes back before chunk i + depth comes in (their pinned buffer)."""
     from zipcoll.transport import transport_for
 
-    monkeypatch.setenv("ZIPCOLL_STAGING_IN_FLIGHT", str(buffers_in_flight))
+    zipcoll_env(ZIPCOLL_STAGING_IN_FLIGHT=str(buffers_in_flight))
     data = rank_data("int32", 30, comm.rank)  # 12 int32 a chunk: 3 chunks
     log, device = [], cuda.to_device(data)
     array = LoggedDeviceArray(device, log)
@@ -282,8 +281,8 @@ def test_only_packed_bytes_cross_to_the_host(comm, monkeypatch):
 
 # -- where MPI reads device memory itself, and bad settings -------------------------------
 
-def test_cuda_aware_mpi_reads_the_device_memory_itself(comm, monkeypatch):
-    monkeypatch.setenv("ZIPCOLL_CUDA_AWARE", "1")
+def test_cuda_aware_mpi_reads_the_device_memory_itself(comm, monkeypatch, zipcoll_env):
+    zipcoll_env(ZIPCOLL_CUDA_AWARE="1")
 
     def no_staging(*args, **kwargs):
         raise AssertionError("staged although MPI is CUDA-aware")
@@ -310,15 +309,15 @@ def test_fake_gpu_memory_without_a_driver_still_goes_to_mpi_as_is(comm):
 @pytest.mark.parametrize("name, value", [("ZIPCOLL_STAGING_CHUNK_BYTES", "0"),
                                          ("ZIPCOLL_STAGING_IN_FLIGHT", "none"),
                                          ("ZIPCOLL_CUDA_AWARE", "maybe")])
-def test_a_bad_setting_raises_on_every_rank_and_the_next_call_works(comm, monkeypatch,
+def test_a_bad_setting_raises_on_every_rank_and_the_next_call_works(comm, zipcoll_env,
                                                                     name, value):
     data = rank_data("int32", N, comm.rank)
     buf = cuda.to_device(data)
-    monkeypatch.setenv(name, value)
+    zipcoll_env(**{name: value})
     with pytest.raises(ValueError, match=name):
         zipcoll.iallreduce(MPI.IN_PLACE, buf, comm=comm, algorithm="ring")
     np.testing.assert_array_equal(buf.copy_to_host(), data)  # untouched
-    monkeypatch.setenv(name, {"ZIPCOLL_CUDA_AWARE": "0"}.get(name, "2"))
+    zipcoll_env(**{name: {"ZIPCOLL_CUDA_AWARE": "0"}.get(name, "2")})
     zipcoll.allreduce(MPI.IN_PLACE, buf, comm=comm, algorithm="ring")
     np.testing.assert_array_equal(buf.copy_to_host(), expected(comm, data))
 

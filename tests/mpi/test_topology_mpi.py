@@ -14,9 +14,8 @@ RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 
 
 @pytest.fixture(autouse=True)
-def _no_env(monkeypatch):
-    monkeypatch.delenv(RANKS_PER_NODE_ENV, raising=False)
-    monkeypatch.delenv(GRID_ENV, raising=False)
+def _no_env(zipcoll_env):
+    zipcoll_env(**{RANKS_PER_NODE_ENV: None, GRID_ENV: None})
 
 
 def comm_sizes(colors):
@@ -50,8 +49,8 @@ def test_ranks_per_node():
 
 
 @pytest.mark.mpi
-def test_environment(monkeypatch):
-    monkeypatch.setenv(RANKS_PER_NODE_ENV, "1")
+def test_environment(zipcoll_env):
+    zipcoll_env(**{RANKS_PER_NODE_ENV: "1"})
     by_env = Topology.from_comm(COMM)
     by_arg = Topology.from_comm(COMM, ranks_per_node=2)  # an argument beats the variable
     assert by_env.num_nodes == SIZE and by_env.leaders() == list(range(SIZE))
@@ -69,8 +68,8 @@ def test_grid():
 
 
 @pytest.mark.mpi
-def test_grid_from_environment(monkeypatch):
-    monkeypatch.setenv(GRID_ENV, f"1x{SIZE}")
+def test_grid_from_environment(zipcoll_env):
+    zipcoll_env(**{GRID_ENV: f"1x{SIZE}"})
     topo = Topology.from_comm(COMM)
     sizes = comm_sizes(topo.grid_levels)
     assert topo.grid == (1, SIZE)
@@ -84,18 +83,17 @@ def test_grid_from_environment(monkeypatch):
     ({}, {RANKS_PER_NODE_ENV: "0"}, RANKS_PER_NODE_ENV),
     ({"ranks_per_node": 0}, {}, "at least 1"),
 ])
-def test_errors_on_every_rank(monkeypatch, kwargs, env, message):
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+def test_errors_on_every_rank(zipcoll_env, kwargs, env, message):
+    zipcoll_env(**env)
     with pytest.raises(ValueError, match=message):
         Topology.from_comm(COMM, **kwargs)
 
 
 @pytest.mark.mpi
-def test_ranks_that_disagree_all_raise(monkeypatch):
+def test_ranks_that_disagree_all_raise(zipcoll_env):
     if SIZE == 1:
         pytest.skip("needs two ranks to disagree")
-    monkeypatch.setenv(RANKS_PER_NODE_ENV, "1" if RANK == 0 else "2")
+    zipcoll_env(**{RANKS_PER_NODE_ENV: "1" if RANK == 0 else "2"})
     with pytest.raises(ValueError, match="ranks disagree"):
         Topology.from_comm(COMM)
 

@@ -1,9 +1,14 @@
 """The agreement check: one small Iallreduce before data moves, so no rank waits forever.
 
 Each rank states a signature: first whether it rejected its own arguments, then numbers
-every rank must agree on (count, dtype, op, ...), then any extra numbers whose maximum
-the caller wants. A rank that rejected its arguments raises the reason; every other rank
-raises MismatchError; ranks that disagree all raise MismatchError naming the fields.
+every rank must agree on (count, dtype, op, ..., and the code of its settings that must
+agree: `Settings.code`), then any extra numbers whose maximum the caller wants. A rank
+that rejected its arguments raises the reason; every other rank raises MismatchError;
+ranks that disagree all raise MismatchError naming the fields.
+
+The settings are also compared whole at a communicator's first use, checked or not
+(`check_settings`, on what the first use gathers anyway): a rank with ZIPCOLL_CHECK=0
+among ranks with the check on would otherwise skip agreements the others wait in.
 
 The agreement is a call's own first non-blocking step (`agree` is a generator of
 steps): posted in the order the calls started on the communicator, on a duplicate of
@@ -13,13 +18,16 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from zipcoll.collectives.context import Context
+from zipcoll import settings
 from zipcoll.collectives.schedule import Steps
 from zipcoll.errors import MismatchError
+
+if TYPE_CHECKING:  # the context imports this module: it compares settings at first use
+    from zipcoll.collectives.context import Context
 
 # How each rank describes its fields when ranks disagree: a JSON record of this many bytes.
 _SHOWN_BYTES = 2048
@@ -32,8 +40,8 @@ def code(text: str) -> int:
 
 def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...],
           error: BaseException | None, what: str, shown: Callable[[], list[str]]) -> Steps:
-    """Steps that raise on every rank unless all accepted and agree on `fields`; they return
-    the maxima of the signature.
+    """Steps that raise on every rank unless all accepted and agree on `fields` and on the
+    settings that must agree; they return the maxima of the signature.
 
     `turn`: the call's number on the communicator (`Context.begin`): the agreement is
     posted when every older call has posted its own (or passed its turn).
@@ -41,8 +49,9 @@ def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...]
     `signature[i]` for 1 <= i < len(fields) must be equal everywhere (`fields[i]` names it);
     `shown()[i]` is how this rank describes its value of field i, for the message.
     """
+    mine, n = settings.get(), len(fields)
     yield from ctx.my_turn(turn)
-    agreement = ctx.transport.iagree(signature)
+    agreement = ctx.transport.iagree(signature[:n] + [mine.code] + signature[n:])
     ctx.pass_turn(turn)
     yield [agreement.request]
     lows, highs = agreement.lows(), agreement.highs()
@@ -51,12 +60,38 @@ def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...]
     if highs[0]:
         raise MismatchError(f"another rank rejected its arguments to this {what} "
                             "(it raised the reason); nothing was sent")
-    differing = [i for i in range(1, len(fields)) if lows[i] != highs[i]]
+    differing = [i for i in range(1, n + 1) if lows[i] != highs[i]]
     if differing:
-        everyone = yield from _everyones(ctx, turn, shown())
+        everyone = yield from _everyones(ctx, turn, shown() + [mine.changed])
         raise MismatchError(f"ranks disagree on this {what}; nothing was sent:\n"
-                            + _what_each_had(everyone, differing, fields))
-    return highs
+                            + _what_each_had(everyone, differing, fields + _SETTINGS))
+    ctx.agreed_settings = mine.code
+    return np.delete(highs, n)
+
+
+# the settings' field: each rank shows those not at their defaults
+_SETTINGS = ("settings that must agree (ZIPCOLL_*)",)
+
+
+def check_settings(records: list[tuple[dict[str, str], dict[str, str]]]) -> None:
+    """Raise on every rank unless every rank's settings were taken and agree.
+
+    `records`: each rank's (refused variables -> why, `Settings.agreeing()`), in rank
+    order, the same list on every rank: ValueError naming each refused value and its
+    rank, else MismatchError naming each setting that differs and each rank's value.
+    """
+    refused = [f"rank {rank}: {why}" for rank, (errors, _) in enumerate(records)
+               for why in errors.values()]
+    if refused:
+        raise ValueError("a ZIPCOLL_* variable has a value it does not take; nothing was sent:\n  "
+                         + "\n  ".join(refused))
+    first = records[0][1]
+    names = tuple(name for name in first if any(row[name] != first[name] for _, row in records))
+    if names:
+        everyone = [[row[name] for name in names] for _, row in records]
+        raise MismatchError("ranks disagree on settings that must agree across ranks; "
+                            "nothing was sent:\n"
+                            + _what_each_had(everyone, list(range(len(names))), names))
 
 
 def _everyones(ctx: Context, turn: int, mine: list[str]) -> Steps:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import warnings
 from typing import Any, Hashable
 
 from mpi4py import MPI
 
+from zipcoll import settings
 from zipcoll.collectives import registry
 from zipcoll.collectives.agreement import code
 from zipcoll.collectives.call import Call, start
@@ -36,7 +36,7 @@ from zipcoll.topologies.explain import codec_not_applied
 
 def checks_enabled() -> bool:
     """Whether calls run the agreement check: yes unless ZIPCOLL_CHECK=0 (for raw speed)."""
-    return os.environ.get("ZIPCOLL_CHECK", "1").strip() not in ("0", "false", "no")
+    return settings.get().check
 
 
 def allreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from zipcoll import settings
 from zipcoll.collectives.agreement import agree
 from zipcoll.collectives.context import Context
 from zipcoll.collectives.progress import Gate, Request, current
@@ -64,6 +65,7 @@ class Started:
 
     def _prepare(self) -> None:
         try:
+            settings.current()  # a value refused since the first use: this rank's rejection
             self.plan = self.call.prepare()
         except Exception as exc:  # whatever its type: every rank must learn of it
             self.plan, self.error = None, exc
@@ -81,7 +83,10 @@ class Started:
                 ticket = object()
                 ctx.collective_turns.append(ticket)
             first = self.plan is not None and call.first_use(self.plan)
-            if call.check or first:
+            # settings changed since the last agreement: agree once even with checks off,
+            # so that a rank whose check was turned off meets the others' agreement
+            changed = settings.get().code != ctx.agreed_settings
+            if call.check or first or changed:
                 self.highs = yield from agree(ctx, turn, call.signature(self.plan), call.fields,
                                               self.error, call.what,
                                               lambda: call.shown(self.plan))

@@ -11,7 +11,9 @@ from typing import Any
 
 from mpi4py import MPI
 
+from zipcoll import settings
 from zipcoll.codecs.backend import machine_identity, share_machine_cores
+from zipcoll.collectives.agreement import check_settings
 from zipcoll.collectives.progress import Engine, Gate, current, run
 from zipcoll.collectives.schedule import Steps
 from zipcoll.topologies import Topology
@@ -42,6 +44,7 @@ class Context:
         self.live = 0  # calls in flight
         self.owner: Engine | None = None  # the engine (thread) of the calls in flight
         self.warned_codec_dropped = False  # CodecNotApplied: once per communicator
+        self.agreed_settings: int | None = None  # `Settings.code` the ranks last agreed on
 
     @property
     def ready(self) -> bool:
@@ -50,7 +53,8 @@ class Context:
 
     def preparing(self) -> Steps:
         """The first use's collective steps: the private duplicate's completion, then the
-        topology and rank 0's profile. Other calls wait for the one that runs them."""
+        settings compared, the topology and rank 0's profile. Other calls wait for the one
+        that runs them."""
         while not self.ready:
             if self._preparing:
                 yield Gate(lambda: not self._preparing)
@@ -69,10 +73,14 @@ class Context:
         from zipcoll.topologies.explain import shared_profile
 
         self.transport.duplicated()
+        mine = settings.get()
+        rows = self.transport.allgather_object((machine_identity(), mine.errors,
+                                                mine.agreeing()))
+        check_settings([row[1:] for row in rows])  # raises alike on every rank
+        self.agreed_settings = mine.code
         topology = Topology.from_comm(self.transport.comm)
         # the CPU kernels' threads: this machine's cores shared by every rank on them
-        identities = self.transport.allgather_object(machine_identity())
-        share_machine_cores(identities, self.transport.rank)
+        share_machine_cores([row[0] for row in rows], self.transport.rank)
         self._topology = topology
         self._selector = shared_profile(self.transport.comm)
 

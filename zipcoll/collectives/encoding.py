@@ -12,7 +12,6 @@ process; each rank saves and loads its own.
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from collections import OrderedDict
 from typing import Any, Hashable
@@ -20,6 +19,7 @@ from typing import Any, Hashable
 import numpy as np
 from mpi4py import MPI
 
+from zipcoll import settings
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 
 STATE_FORMAT = "zipcoll.feedback/1"
@@ -41,12 +41,16 @@ class FeedbackStore:
     """
 
     def __init__(self, idle_calls: int | None = None) -> None:
-        if idle_calls is None:
-            idle_calls = int(os.environ.get("ZIPCOLL_FEEDBACK_IDLE_CALLS", 10000))
-        self.idle_calls = idle_calls
+        self._idle_calls = idle_calls  # None: the setting, read at each look-up
         self._by_key: OrderedDict[Hashable, tuple[tuple, ErrorFeedback, int]] = OrderedDict()
         self._clock = 0
         self._gone: list = []  # keys whose owner died, dropped at the next look-up
+
+    @property
+    def idle_calls(self) -> int:
+        """Look-ups a key may go unused before it is dropped."""
+        held = self._idle_calls
+        return settings.get().feedback_idle_calls if held is None else held
 
     def forget_later(self, key: Hashable) -> None:
         """Drop `key`'s residuals at the next use of the store: safe from a finalizer, which

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import weakref
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping
@@ -16,26 +15,25 @@ from typing import Any, Hashable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from zipcoll import buffers
+from zipcoll import buffers, settings
 from zipcoll.buffers import Buffer
-from zipcoll.collectives import encoding, registry, select, staging
+from zipcoll.collectives import encoding, registry, select
 from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
                                      lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 from zipcoll.topologies import Topology
-from zipcoll.transport import TAGS_PER_CALL, cuda_awareness
+from zipcoll.transport import TAGS_PER_CALL
 
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), BFLOAT16)
 # bfloat16 calls run on a float32 copy (accumulated in float32, rounded once at the end):
 # the schedules, the codecs and the cost model see that dtype (`Plan.work_dtype`).
 WORK_DTYPES = {BFLOAT16: np.dtype(np.float32)}
 
-# Calls run in slices of about SLICE_BYTES, at most PIPELINE_WINDOW at once (the rule is in
-# `_slicing`). A flat schedule sends 1/p of a slice at a time (ring, two-phase), so its slice
-# grows with p beyond 8 ranks: each message stays at least SLICE_BYTES / 8.
-SLICE_BYTES = int(os.environ.get("ZIPCOLL_SLICE_BYTES", 2 << 20))
-PIPELINE_WINDOW = int(os.environ.get("ZIPCOLL_PIPELINE_WINDOW", 8))
+# Calls run in slices of about ZIPCOLL_SLICE_BYTES, at most ZIPCOLL_PIPELINE_WINDOW at once
+# (zipcoll.settings; the rule is in `_slicing`). A flat schedule sends 1/p of a slice at a
+# time (ring, two-phase), so its slice grows with p beyond 8 ranks: each message stays at
+# least a slice / 8.
 # Bytes of slices in flight at once: more overflows a slow link's queue, and the
 # retransmissions cost more than the overlap gains.
 IN_FLIGHT_BYTES = 16 << 20
@@ -106,9 +104,6 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
     intra_codec, flat_codec, key = _codecs(codec, schedule, inner, key)
     _check_key(key)
-    if source.device != buffers.HOST:  # bad settings raise here, before the agreement
-        cuda_awareness()
-        staging.chunk_bytes(), staging.in_flight()
     if flat_codec is not None or intra_codec is not None:
         _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
     if schedule is not None and schedule.two_level:
@@ -316,19 +311,20 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
 
 
 def slice_count(nbytes: int, slice_bytes: int | None = None) -> int:
-    """Slices of about `slice_bytes` (default SLICE_BYTES), as many as the tags of a call's
-    block allow."""
-    size = SLICE_BYTES if slice_bytes is None else slice_bytes
+    """Slices of about `slice_bytes` (default ZIPCOLL_SLICE_BYTES), as many as the tags of a
+    call's block allow."""
+    size = settings.get().slice_bytes if slice_bytes is None else slice_bytes
     most = TAGS_PER_CALL // max(s.tags for s in SCHEDULES.values())
     return max(1, min(-(-nbytes // size), most))
 
 
 def flat_slice_bytes(ranks: int, ratio: float = 1.0) -> int:
-    """A flat schedule's slice: SLICE_BYTES, or more where each message of a slice would
-    carry under SLICE_BYTES / 8 on the wire (ring and two-phase send 1/p of a slice a
+    """A flat schedule's slice: ZIPCOLL_SLICE_BYTES, or more where each message of a slice
+    would carry under a slice / 8 on the wire (ring and two-phase send 1/p of a slice a
     message, and a codec `ratio` times fewer bytes). Overlap hides at most a slice's wire
     time, and every slice costs its steps and its codec calls (top-k's select, thread starts)."""
-    return max(SLICE_BYTES, int(ranks * ratio * SLICE_BYTES) // 8)
+    size = settings.get().slice_bytes
+    return max(size, int(ranks * ratio * size) // 8)
 
 
 def flat_slices(nbytes: int, ranks: int, nodes: int, ratio: float = 1.0) -> int:
@@ -354,16 +350,15 @@ def _slicing(plan: Plan) -> Slicing:
 
     - MPI's own collective (flat "native"): one call. MPI's collectives match by the order
       they start in, which slices in flight would not keep alike on every rank.
-    - two-level: slices of about SLICE_BYTES; one at a time over a native inner level.
+    - two-level: slices of about ZIPCOLL_SLICE_BYTES; one at a time over a native inner level.
     - flat, across nodes: slices of about `flat_slice_bytes(p, codec ratio)`, from two of
       them up (a smaller call has too little wire time to hide a second slice's steps behind).
     - flat, on one node: one slice. Its "link" is copies the same cores make, in the same
       MPI calls that would have to overlap them: nothing is idle to fill.
 
-    In flight: at most PIPELINE_WINDOW slices, and IN_FLIGHT_BYTES of their wire bytes.
-    Overrides: ZIPCOLL_SLICE_BYTES, ZIPCOLL_PIPELINE_WINDOW (read at import).
+    In flight: at most ZIPCOLL_PIPELINE_WINDOW slices, and IN_FLIGHT_BYTES of their wire bytes.
     """
-    schedule = plan.schedule
+    schedule, chosen = plan.schedule, settings.get()
     nbytes = plan.count * plan.work_dtype.itemsize
     if schedule.native:
         return Slicing()
@@ -373,7 +368,7 @@ def _slicing(plan: Plan) -> Slicing:
             return Slicing(slices, 1)
         wire = nbytes // slices
     else:
-        if plan.topology.num_nodes < 2 or nbytes < 2 * SLICE_BYTES:
+        if plan.topology.num_nodes < 2 or nbytes < 2 * chosen.slice_bytes:
             return Slicing()  # the common small call: no codec sizes asked
         ratio = _ratio(plan, nbytes)
         slices = flat_slices(nbytes, plan.topology.size, plan.topology.num_nodes, ratio)
@@ -381,4 +376,4 @@ def _slicing(plan: Plan) -> Slicing:
             return Slicing()
         wire = int(nbytes / ratio / slices)
     in_flight = IN_FLIGHT_BYTES // max(1, wire)
-    return Slicing(slices, max(1, min(PIPELINE_WINDOW, in_flight)))
+    return Slicing(slices, max(1, min(chosen.pipeline_window, in_flight)))

@@ -12,10 +12,9 @@ sum of a message longer than one chunk may differ from the unstaged call in its 
 (each element's p terms are added in an order that depends on where the element falls in
 the schedule's own chunks, as between two schedules), and is identical on every rank.
 
-The chunk rule: chunks of at most STAGING_CHUNK_BYTES (ZIPCOLL_STAGING_CHUNK_BYTES),
-as near equal as whole elements allow, through STAGING_IN_FLIGHT pinned buffers
-(ZIPCOLL_STAGING_IN_FLIGHT; 2 is enough for the overlap: one chunk reduced, the next
-copying). A message of one chunk or less is staged whole: one copy each way, no extra
+The chunk rule: chunks of at most ZIPCOLL_STAGING_CHUNK_BYTES (4 MiB), as near equal as
+whole elements allow, through ZIPCOLL_STAGING_IN_FLIGHT pinned buffers (2: enough for the
+overlap, one chunk reduced, the next copying). A message of one chunk or less is staged whole: one copy each way, no extra
 call. The default of 4 MiB weighs the first copy in and the last copy out, which nothing
 hides (about 0.2-0.4 ms at PCIe's 12-25 GB/s), against what every chunk adds: a
 schedule's start-up in Python and its latency terms. It is a reasoned default, not a
@@ -30,43 +29,25 @@ device.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from zipcoll import devices
+from zipcoll import devices, settings
 from zipcoll.collectives.schedule import Steps, chunk_bounds
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.devices import PINNED, Device
 from zipcoll.transport import Transport
 
-STAGING_CHUNK_BYTES = 4 << 20
-STAGING_IN_FLIGHT = 2
-
-
-def _setting(name: str, default: int, least: int) -> int:
-    """A positive integer setting from the environment (read per call: a job may change it)."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = least - 1
-    if value < least:
-        raise ValueError(f"{name}={text!r}: expected an integer >= {least}")
-    return value
-
 
 def chunk_bytes() -> int:
     """Bytes a staged chunk holds at most (ZIPCOLL_STAGING_CHUNK_BYTES, else 4 MiB)."""
-    return _setting("ZIPCOLL_STAGING_CHUNK_BYTES", STAGING_CHUNK_BYTES, 1)
+    return settings.get().staging_chunk_bytes
 
 
 def in_flight() -> int:
     """Pinned chunk buffers in use at once (ZIPCOLL_STAGING_IN_FLIGHT, else 2)."""
-    return _setting("ZIPCOLL_STAGING_IN_FLIGHT", STAGING_IN_FLIGHT, 1)
+    return settings.get().staging_in_flight
 
 
 def staging_chunks(count: int, itemsize: int,
@@ -93,8 +74,6 @@ def through_pinned(t: Transport, source: Any, target: Any,
     """All-reduce device data chunk by chunk on the host: `source` and `target` are Numba
     device arrays (the same one in place); `reduce_chunk(host)` all-reduces one pinned
     host chunk in place, on every rank alike (the same chunks everywhere).
-
-    The settings are read now, so that a bad one raises from the call, not from a step.
     """
     bounds = staging_chunks(source.size, source.dtype.itemsize)
     return _pipeline(t, source, target, reduce_chunk, bounds, min(in_flight(), len(bounds)))

@@ -30,12 +30,12 @@ import functools
 import inspect
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
+from zipcoll import settings
 from zipcoll.codecs import Codec, get_codec
 
 PROFILE_ENV = "ZIPCOLL_PROFILE"
@@ -240,7 +240,7 @@ DEFAULT_PROFILE = Profile(
 
 def load_profile(path: str | None = None) -> Profile:
     """The profile at ``path``, else at $ZIPCOLL_PROFILE, else ``DEFAULT_PROFILE``."""
-    path = path or os.environ.get(PROFILE_ENV) or None
+    path = path or settings.get().profile
     if path is None:
         return DEFAULT_PROFILE
     with open(path) as f:

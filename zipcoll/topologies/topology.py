@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import numbers
-import os
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
+
+from zipcoll import settings
 
 from .trees import ring_order
 
@@ -96,20 +97,27 @@ class Topology:
         """
         from zipcoll.transport import gather_placement
 
-        env = (os.environ.get(RANKS_PER_NODE_ENV, ""), os.environ.get(GRID_ENV, ""))
-        rows = gather_placement(comm, (ranks_per_node, grid, env))
+        chosen = settings.get()
+        env = (chosen.ranks_per_node, chosen.grid)
+        refused = [chosen.errors[name] for name in (RANKS_PER_NODE_ENV, GRID_ENV)
+                   if name in chosen.errors]
+        rows = gather_placement(comm, (ranks_per_node, grid, env, refused))
         # From here on only `rows` (the same on every rank) decides what is raised.
-        other = next((r for r, row in enumerate(rows) if row[1:] != rows[0][1:]), None)
+        bad = next((r for r, row in enumerate(rows) if row[4]), None)
+        if bad is not None:
+            raise ValueError(f"{'; '.join(rows[bad][4])} (on rank {bad})")
+        other = next((r for r, row in enumerate(rows) if row[1:4] != rows[0][1:4]), None)
         if other is not None:
             raise ValueError(f"ranks disagree on (ranks_per_node, grid, ({RANKS_PER_NODE_ENV}, "
-                             f"{GRID_ENV})): rank 0 has {rows[0][1:]}, rank {other} {rows[other][1:]}")
+                             f"{GRID_ENV})): rank 0 has {rows[0][1:4]}, rank {other} "
+                             f"{rows[other][1:4]}")
         size, rank = comm.Get_size(), comm.Get_rank()
-        if ranks_per_node is None and env[0]:
-            ranks_per_node = _fitting(RANKS_PER_NODE_ENV, env[0], _parse_ranks_per_node(env[0]),
-                                      size % _parse_ranks_per_node(env[0]) == 0, size)
-        if grid is None and env[1]:
-            parsed = _parse_grid(env[1])
-            grid = _fitting(GRID_ENV, env[1], parsed, parsed[0] * parsed[1] == size, size)
+        if ranks_per_node is None and env[0] is not None:
+            ranks_per_node = _fitting(RANKS_PER_NODE_ENV, str(env[0]), env[0],
+                                      size % env[0] == 0, size)
+        if grid is None and env[1] is not None:
+            grid = _fitting(GRID_ENV, "{}x{}".format(*env[1]), env[1],
+                            env[1][0] * env[1][1] == size, size)
         if ranks_per_node is not None:
             return cls.from_layout(size, rank, ranks_per_node=ranks_per_node, grid=grid)
         return cls(size, rank, _canonical([row[0] for row in rows]), grid)
@@ -270,16 +278,3 @@ def _fitting(name: str, text: str, value, fits: bool, size: int):
     warnings.warn(f"{name}={text} does not fit a communicator of {size} ranks: ignored there",
                   RuntimeWarning, stacklevel=3)
     return None
-
-
-def _parse_ranks_per_node(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"{RANKS_PER_NODE_ENV}={text!r}: expected a positive integer")
-    return int(text)
-
-
-def _parse_grid(text: str) -> tuple[int, int]:
-    parts = text.strip().lower().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"{GRID_ENV}={text!r}: expected 'XxY', e.g. '2x2'")
-    return int(parts[0]), int(parts[1])

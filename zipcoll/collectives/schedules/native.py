@@ -16,7 +16,7 @@ from zipcoll.transport import Transport
 def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
            send: Any = None) -> Steps:
     """MPI's Iallreduce into `buf`, from `send` or in place: one call per chunk of at most
-    `transport.MAX_COUNT` items (MPI counts are C ints), one after another, in the same
+    `transport.max_count()` items (MPI counts are C ints), one after another, in the same
     order on every rank (collectives match by order).
 
     `enc.op` may be a user-defined MPI.Op: only the MPI library can apply one.
@@ -29,7 +29,7 @@ def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
 
 def native_chunks(count: int) -> list[tuple[int, int]]:
     """The (start, stop) item ranges of `native`'s calls: as few as the count limit allows."""
-    return chunk_bounds(count, max(1, -(-count // transport.MAX_COUNT)))
+    return chunk_bounds(count, max(1, -(-count // transport.max_count())))
 
 
 register(Schedule("native", native, "the MPI library's own Allreduce; small messages",
