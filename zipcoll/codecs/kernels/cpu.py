@@ -16,7 +16,9 @@ from . import rules
 # DDP step 4-6 ms with gloo, 57.6 ms with the hook sending lossless). The workqueue layer
 # starts plain threads that sleep between kernels. Chosen here, before this module's first
 # parallel launch; an explicit NUMBA_THREADING_LAYER is the user's choice and stays.
+# (the environment too: Numba re-reads its config from it when it compiles)
 if "NUMBA_THREADING_LAYER" not in os.environ:
+    os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
     numba.config.THREADING_LAYER = "workqueue"
 
 # workqueue aborts the process when two threads launch parallel kernels at once (zipcoll
