@@ -351,6 +351,9 @@ class Communicators:
         }
         if threads:  # one communicator per thread of a "threads" unit
             self.kept.update({name: world.Dup() for name in THREAD_COMMS})
+            for name in THREAD_COMMS:  # first zipcoll calls here, in one order on every rank:
+                # Open MPI duplicates communicators one at a time (README, Calls in flight)
+                zipcoll.allreduce(np.zeros(1), comm=self.kept[name])
         self.sizes = {name: c.Get_size() for name, c in self.kept.items()}
         self.sizes.update({"fresh-dup": size, **{name: size for name in THREAD_COMMS}})
         self._topologies: dict[tuple[str, str], zipcoll.Topology] = {}

@@ -99,8 +99,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     only.add_argument("--serial-only", action="store_true", help="skip the MPI runs")
     only.add_argument("--mpi-only", action="store_true", help="skip the serial run")
     # pytest-timeout ends a hung test (pyproject); this catches hangs outside any test
-    parser.add_argument("--run-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="wall-clock limit of each run (default 600)")
+    parser.add_argument("--run-timeout", type=float, default=1500.0, metavar="SECONDS",
+                        help="wall-clock limit of each run (default 1500)")
     args = parser.parse_args(argv)
     # mpiexec may hand ranks a terminal: colour only when ours is one
     color = "--color=yes" if sys.stdout.isatty() else "--color=no"

@@ -107,11 +107,17 @@ def test_sys_exit_zero_on_one_rank_is_a_normal_end_and_the_others_wait(tmp_path)
     still waiting on it in a call keep waiting (an erroneous MPI program), so the job does
     not end by itself; what zipcoll's failures module documents."""
     proc = _launch(tmp_path, 0)
+    lines = []
+    deadline = time.monotonic() + 90  # a loaded machine starts four ranks slowly
+    for line in proc.stdout:  # until rank 1 has exited
+        lines.append(line)
+        if "rank 1 exits" in line or time.monotonic() > deadline:
+            break
     try:
-        output, _ = proc.communicate(timeout=10)
-        pytest.fail(f"the job ended (status {proc.returncode}):\n{output}")
+        output, _ = proc.communicate(timeout=10)  # the others still wait for it
+        pytest.fail(f"the job ended (status {proc.returncode}):\n{''.join(lines)}{output}")
     except subprocess.TimeoutExpired:
-        output = _end(proc)
+        output = "".join(lines) + _end(proc)
     assert "rank 1 exits" in output, output
 
 

@@ -16,7 +16,7 @@ from zipcoll.collectives import (ALGORITHMS, SCHEDULES, Intracomm, Request, allr
                                  iallreduce, sparse_allgather, sparse_allreduce)
 from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
-from zipcoll.errors import MismatchError, MissingDependencyError, ZipcollError
+from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyError, ZipcollError
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
 from zipcoll.topologies.explain import explain
@@ -32,7 +32,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "ALGORITHMS", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
+    "ALGORITHMS", "CodecNotApplied", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
     "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "explain", "feedback",
     "get_codec", "iallreduce", "list_codecs", "sparse_allgather", "sparse_allreduce",
     "testall", "waitall", "waitany",

@@ -302,14 +302,15 @@ def _dlpack_host_bfloat16(obj: Any) -> Buffer:
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     strides = None if not tensor.strides else tuple(tensor.strides[i] * 2
                                                     for i in range(tensor.ndim))
-    if not _c_contiguous(shape, strides, 2):
+    axes = memory_order(shape, strides, 2)
+    if axes is None:
         raise ValueError(f"{type(obj).__name__} buffer is not contiguous; pass a contiguous "
                          "tensor and copy the result back")
     size = int(np.prod(shape, dtype=np.int64))
     pointer = (tensor.data or 0) + tensor.byte_offset
     readonly = _is_jax(obj)  # JAX arrays are immutable; torch tensors are written in place
     window = np.asarray(_HostWindow(pointer, size, readonly, (obj, capsule)))
-    return Buffer(window.view(BFLOAT16), HOST, obj, shape)
+    return Buffer(window.view(BFLOAT16), HOST, obj, shape, _unless_c_order(axes))
 
 
 def _capsule_tensor(capsule: Any) -> "_DLTensor":

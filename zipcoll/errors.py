@@ -21,3 +21,11 @@ class MissingDependencyError(ZipcollError, ImportError):
         )
         self.package = package
         self.extra = extra
+
+
+class CodecNotApplied(UserWarning):
+    """``algorithm="auto"`` sent a call lossless although a codec was passed: the cost model
+    prices compression dearer for this size and layout (one node, say). Warned once per
+    communicator, alike on every rank; name an algorithm (``algorithm="ring"``) to force
+    the codec. Silence it with ``warnings.filterwarnings("ignore", category=CodecNotApplied)``.
+    """

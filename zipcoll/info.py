@@ -39,7 +39,7 @@ def report() -> list[tuple[str, str]]:
         ("zipcoll", zipcoll.__version__),
         ("python", sys.version.split()[0]),
         ("mpi4py", _version("mpi4py")),
-        ("MPI library", MPI.Get_library_version().splitlines()[0].strip()),
+        ("MPI library", MPI.Get_library_version().rstrip("\x00").splitlines()[0].strip()),
         ("CUDA-aware MPI", "{} ({})".format(*cuda_awareness())),
         ("GPU staging", staging_rule()),
         ("numpy", _version("numpy")),
@@ -51,8 +51,16 @@ def report() -> list[tuple[str, str]]:
         ("kernel threads", _kernel_threads(comm)),
         ("nodes", f"{topology.num_nodes} ({[len(n) for n in topology.nodes]} ranks each)"),
         ("algorithms", ", ".join(zipcoll.ALGORITHMS)),
-        ("codecs", ", ".join(zipcoll.list_codecs())),
+        ("codecs", codec_names()),
     ]
+
+
+def codec_names() -> str:
+    """The codec specs a user can pass: feedback is a wrapper, written around another."""
+    import zipcoll
+
+    return ", ".join("feedback:X (error feedback around codec X)" if name == "feedback"
+                     else name for name in zipcoll.list_codecs())
 
 
 def main(argv: list[str] | None = None) -> int:

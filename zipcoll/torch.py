@@ -183,7 +183,9 @@ def ddp_comm_hook(codec: Any = None, algorithm: str = "auto", comm: MPI.Intracom
     """(state, hook) for `DistributedDataParallel.register_comm_hook(state, hook)`.
 
     `codec`, `algorithm`, `topology`: as `zipcoll.allreduce` ("auto" compresses only
-    between nodes; on one node name a schedule, e.g. "ring", to compress there).
+    where the cost model says it pays, which is between nodes, and where it sends lossless
+    says so once per communicator with a `zipcoll.CodecNotApplied` warning; on one node
+    name a schedule, e.g. "ring", to compress there).
     `comm`: the MPI communicator of the DDP ranks, in the same rank order as the process
     group (default COMM_WORLD). `error_feedback`: with a lossy codec, keep each bucket's
     compression error and send it with the next step's gradient (sign, topk and randomk

@@ -17,6 +17,7 @@ import ctypes
 import functools
 import os
 from collections import deque
+import gc
 import threading
 import weakref
 from typing import Any
@@ -203,7 +204,7 @@ class Transport:
         """
         if layout not in self._subs:
             self._subs[layout] = tuple(Transport(self.comm.Split(color, key=self.rank),
-                                                 self._family) for color in colors)
+                                                 family=self._family) for color in colors)
         return self._subs[layout]
 
     def has_split(self, layout: Any) -> bool:
@@ -215,7 +216,7 @@ class Transport:
         key = ("order", tuple(order))
         if key not in self._subs:
             self._subs[key] = (Transport(self.comm.Split(0, key=order.index(self.rank)),
-                                         self._family),)
+                                         family=self._family),)
         return self._subs[key][0]
 
     def has_reordered(self, order: list[int]) -> bool:
@@ -417,6 +418,7 @@ _keyval = None
 _KEYVAL_LOCK = threading.Lock()
 # families of transports whose communicator was freed, to free at a safe point
 _RETIRED: list[list] = []
+_COLLECTED: set[int] = set()  # families free_retired already ran the garbage collector for
 _RETIRED_LOCK = threading.Lock()
 
 
@@ -449,8 +451,15 @@ def transport_for(comm: MPI.Comm) -> Transport:
 
 
 def _delete_attachment(comm: MPI.Comm, keyval: int, held: Attachment) -> None:
-    """The attribute's delete callback: no MPI call here (see the module's docstring)."""
+    """The attribute's delete callback: it frees nothing itself (see the module's docstring).
+
+    One wait: the private duplicates' MPI_Comm_idup, if still in flight, completes first
+    (Open MPI crashes freeing a communicator under its own Idup). Every rank posted it
+    when it started its first call here, before its own MPI_Comm_free, so this returns.
+    """
     if held.transport is not None:
+        if held.transport.duplicating:
+            MPI.Request.Waitall(held.transport.duplicating)
         held.transport.retire()
     held.transport, held.context = None, None  # whoever still holds `held` holds no context
 
@@ -464,6 +473,11 @@ def free_retired() -> int:
     synchronise (Open MPI, MPICH), so ranks may free at different calls.
     """
     kept, done = [], []
+    with _RETIRED_LOCK:
+        held = [f for f in _RETIRED if id(f) not in _COLLECTED and any(r() for r, _ in f)]
+    if held:  # a finished call's objects may wait in a reference cycle: collect once a family
+        gc.collect()
+        _COLLECTED.update(id(f) for f in held)
     with _RETIRED_LOCK:
         for family in _RETIRED:
             (done if all(ref() is None for ref, _ in family) else kept).append(family)

@@ -85,3 +85,15 @@ def small_slices(monkeypatch) -> int:
 
     monkeypatch.setattr(plan, "SLICE_BYTES", 4096)
     return 4096
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """pytest-mpi's "MPI Information" prints MPI.Get_library_version(), which Open MPI ends
+    with a NUL byte: strip it while the summary is written, so the test log is plain text."""
+    version = MPI.Get_library_version
+    MPI.Get_library_version = lambda: version().rstrip("\x00")
+    try:
+        return (yield)
+    finally:
+        MPI.Get_library_version = version

@@ -74,6 +74,9 @@ def test_a_first_call_on_a_new_communicator_does_not_wait_either(comm):
         assert took < 0.5, f"a first iallreduce took {took:.3f} s while rank {late} slept"
 
 
+@pytest.mark.skip(reason="Open MPI allocates communicator ids one at a time "
+                  "(open-mpi/ompi#2025): first calls on new communicators in per-rank orders "
+                  "can hang inside MPI_Comm_idup (seen at 4 ranks); README, Calls in flight")
 def test_new_communicators_started_in_per_rank_orders(comm):
     """First calls on two new communicators, started in per-rank orders before any wait."""
     fresh = comm.Dup(), comm.Dup()

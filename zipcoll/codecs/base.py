@@ -137,6 +137,9 @@ def parse_spec(spec: str) -> dict:
     """
     codec_id, _, rest = spec.strip().partition(":")
     if codec_id == "feedback":
+        if not rest.strip():
+            raise ValueError(f"codec spec {spec!r}: feedback wraps another codec; write "
+                             "'feedback:X' (error feedback around codec X), e.g. 'feedback:sign'")
         return {"id": "feedback", "codec": rest}
     config: dict[str, Any] = {"id": codec_id}
     for item in filter(None, rest.replace(":", ",").split(",")):

@@ -97,7 +97,8 @@ class _Sparse(WireCodec):
             residual -= self.decode(payload)
             return payload, False
         indices, values = self._sections(payload, h)
-        sent = residual[indices] - values.astype(residual.dtype)
+        with np.errstate(invalid="ignore"):  # Inf - Inf: NaN, counted below, residual dropped
+            sent = residual[indices] - values.astype(residual.dtype)
         residual[indices] = sent
         return payload, nonfinite == 0 and count_nonfinite(np, sent) == 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from typing import Any, Hashable
 
 from mpi4py import MPI
@@ -27,8 +28,10 @@ from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import Plan, make_plan
 from zipcoll.collectives.progress import Request
 from zipcoll.codecs import Codec, get_codec
+from zipcoll.errors import CodecNotApplied
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
+from zipcoll.topologies.explain import codec_not_applied
 
 
 def checks_enabled() -> bool:
@@ -74,8 +77,13 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     abort_on_error.install()
 
     def prepare() -> Plan:
-        return make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
+        plan = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
                          _topology(ctx, topology), ctx.selector)
+        if plan.dropped is not None and not ctx.warned_codec_dropped:
+            ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
+            warnings.warn(codec_not_applied(plan, ctx.selector.profile), CodecNotApplied,
+                          stacklevel=2)
+        return plan
 
     return start(Call(ctx, "all-reduce", _FIELDS, prepare,
                       lambda plan: _signature(plan, algorithm),

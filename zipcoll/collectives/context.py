@@ -41,6 +41,7 @@ class Context:
         self._requested: set = set()  # sub-communicator layouts some started call needs
         self.live = 0  # calls in flight
         self.owner: Engine | None = None  # the engine (thread) of the calls in flight
+        self.warned_codec_dropped = False  # CodecNotApplied: once per communicator
 
     @property
     def ready(self) -> bool:

@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
-from zipcoll.collectives import encoding, registry, select
+from zipcoll.collectives import encoding, registry, select, staging
 from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
                                      lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
@@ -66,6 +66,8 @@ class Plan:
     mean: bool = False  # divide the sum by the number of ranks
     topology: Topology | None = None
     reason: str = ""  # why the schedule differs from the one asked for, if it must
+    # auto sent lossless although a codec was passed: (codec, bytes, op, native) as priced
+    dropped: tuple | None = None
 
     @property
     def count(self) -> int:
@@ -104,8 +106,9 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
         raise TypeError(f"op 'mean' needs a float or complex dtype, not {source.dtype}")
     intra_codec, flat_codec, key = _codecs(codec, schedule, inner, key)
     _check_key(key)
-    if source.device != buffers.HOST:
-        cuda_awareness()  # a bad ZIPCOLL_CUDA_AWARE raises here, before the agreement
+    if source.device != buffers.HOST:  # bad settings raise here, before the agreement
+        cuda_awareness()
+        staging.chunk_bytes(), staging.in_flight()
     if flat_codec is not None or intra_codec is not None:
         _check_compressible(reduce_op, source.dtype, flat_codec or intra_codec)
     if schedule is not None and schedule.two_level:
@@ -303,10 +306,12 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     auto's answer never depends on the size.
     """
     op = "sum" if plan.op is SUM else plan.op.name
-    native = native_agrees(plan.op, plan.recv.dtype)
+    native = native_agrees(plan.op, plan.work_dtype)  # bfloat16 reduces as float32
     plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
                                                         plan.work_dtype, op, selector, native)
     if not compress:
+        if plan.topology.size > 1 and (plan.codec is not None or plan.intra_codec is not None):
+            plan.dropped = (plan.codec or plan.intra_codec, nbytes, op, native)
         plan.codec = plan.intra_codec = None
 
 

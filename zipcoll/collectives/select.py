@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from zipcoll.collectives.registry import SCHEDULES, Schedule
+from zipcoll.topologies.cost import codec_idle
 
 
 def choose(nbytes: int, topology: Any, codec: Any, dtype: Any, op: str,
@@ -20,15 +21,15 @@ def choose(nbytes: int, topology: Any, codec: Any, dtype: Any, op: str,
     if topology.size == 1:
         return SCHEDULES["native"], None, False  # one rank: a copy, no op applied
     shape = selector.choose(nbytes, topology, codec, dtype, op, native)
-    decision = _DECISIONS.get(shape)
+    decision = _DECISIONS.get((shape, topology.num_nodes, topology.size))
     if decision is None:
         inner = SCHEDULES[shape.inner] if shape.inner else None
-        decision = _DECISIONS[shape] = (SCHEDULES[shape.algorithm], inner,
-                                        shape.inter_codec is not None)
+        compress = shape.inter_codec is not None and not codec_idle(shape, topology)
+        decision = _DECISIONS[shape, topology.num_nodes, topology.size] = (SCHEDULES[shape.algorithm], inner, compress)
     return decision
 
 
-_DECISIONS: dict = {}  # PlanShape -> what runs it: auto asks on every call
+_DECISIONS: dict = {}  # (PlanShape, nodes, ranks) -> what runs it: auto asks on every call
 
 
 def default_inner(codec: Any) -> str:

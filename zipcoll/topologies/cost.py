@@ -720,6 +720,20 @@ def _two_level_spans(kind: str, shape: Shape, profile: Profile) -> tuple[Span, S
             Span(y, 1, profile.inter, profile.inter.shared(x)))
 
 
+def codec_idle(plan: PlanShape, topology: Any) -> bool:
+    """Whether ``plan`` carries a codec on a level of one rank, which sends nothing (a
+    hierarchical plan's inter level on one node): the codec is never applied."""
+    if plan.algorithm not in two_level_names():
+        return False
+    shape = Shape.of(topology)
+    if plan.algorithm == "torus" and not (shape.nodes > 1 and shape.uniform):
+        rows, columns = _grid(shape.size)
+    else:
+        rows, columns = shape.per_node, shape.nodes
+    return (plan.inter_codec is not None and columns == 1
+            or plan.intra_codec is not None and rows == 1)
+
+
 def _grid(size: int) -> tuple[int, int]:
     """hierarchical.grid_of's near-square grid: X the largest divisor <= sqrt(size)."""
     x = max(d for d in range(1, int(size ** 0.5) + 1) if size % d == 0)

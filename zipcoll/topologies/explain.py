@@ -16,19 +16,24 @@ from typing import Any
 
 from mpi4py import MPI
 
-from zipcoll.topologies.cost import PlanShape, Profile, Selector, load_profile, rank_plans
+from zipcoll.topologies.cost import (Link, PlanShape, Profile, Selector, Shape, bucket_size,
+                                     codec_idle, load_profile, rank_plans, size_bucket)
 from zipcoll.topologies.topology import Topology
 
 _keyval = None
 
 
 class Ranking(list):
-    """(predicted seconds, PlanShape) pairs, cheapest first; prints as a table."""
+    """(predicted seconds, PlanShape) pairs, cheapest first; prints as a table headed by
+    the topology and the profile priced, marking plans whose codec is never applied."""
 
-    def __init__(self, items, nbytes: int, source: str):
+    def __init__(self, items, nbytes: int, source: str, topology: Any = None,
+                 profile: Profile | None = None):
         super().__init__(items)
         self.nbytes = nbytes
         self.source = source
+        self.topology = topology
+        self.profile = profile
 
     @property
     def best(self) -> PlanShape:
@@ -36,13 +41,57 @@ class Ranking(list):
         return self[0][1]
 
     def __str__(self) -> str:
-        lines = [f"# {self.nbytes} bytes; profile: {self.source}",
+        lines = [f"# {self.nbytes} bytes on {layout(self.topology)}" if self.topology
+                 else f"# {self.nbytes} bytes",
+                 f"# profile: {self.source}" + (f"; {rates(self.profile)}" if self.profile else ""),
                  f"{'predicted':>12}  {'vs best':>8}  plan"]
         best = self[0][0] if self else 0.0
         for seconds, plan in self:
             ratio = f"{seconds / best:>7.2f}x" if best > 0 else f"{'-':>8}"
-            lines.append(f"{seconds * 1e3:>9.3f} ms  {ratio}  {plan}")
+            idle = self.topology is not None and codec_idle(plan, self.topology)
+            mark = "  (codec not applied: its level has one rank)" if idle else ""
+            lines.append(f"{seconds * 1e3:>9.3f} ms  {ratio}  {plan}{mark}")
         return "\n".join(lines)
+
+
+def layout(topology: Any) -> str:
+    """"2 nodes x 4 ranks" (the largest node's count where nodes differ)."""
+    shape = Shape.of(topology)
+    nodes = f"{shape.nodes} node" + ("s" if shape.nodes != 1 else "")
+    uneven = "" if shape.uniform else " at most"
+    return f"{nodes} x{uneven} {shape.per_node} rank" + ("s" if shape.per_node != 1 else "")
+
+
+def _link(link: Link) -> str:
+    rate = f"{1 / link.beta / 1e9:.2f} GB/s" if link.beta > 0 else "unbounded"
+    return f"{rate} + {link.alpha * 1e6:.0f} us a message"
+
+
+def rates(profile: Profile) -> str:
+    """The profile's link rates, as the model prices them."""
+    return f"intra-node {_link(profile.intra)}, inter-node {_link(profile.inter)}"
+
+
+def codec_not_applied(plan: Any, profile: Profile) -> str:
+    """Why ``auto`` sent `plan` lossless though a codec was passed, and how to force it:
+    the CodecNotApplied warning's text (the same on every rank: the plan and profile are)."""
+    codec, nbytes, op, native = plan.dropped
+    priced = bucket_size(size_bucket(nbytes))  # the size auto priced this call's size class at
+    ranking = rank_plans(priced, plan.topology, profile, codec, plan.work_dtype.name, op, native)
+    applied = [(t, p) for t, p in ranking if p.inter_codec is not None
+               and not codec_idle(p, plan.topology)]
+    best_time, best = ranking[0]
+    text = (f"codec {codec.codec_id!r} not applied: algorithm='auto' sends this all-reduce "
+            f"({nbytes} bytes, priced at {priced}) on {layout(plan.topology)} lossless: the "
+            f"cost model (profile: {profile.source}; {rates(profile)}) prices {best} at "
+            f"{best_time * 1e3:.3f} ms")
+    if not applied:
+        return text + ", and no plan can carry the codec here (op, dtype or one rank)."
+    time, shape = applied[0]
+    return (text + f" and the cheapest plan with the codec, {shape}, at {time * 1e3:.3f} ms. "
+            f"To apply the codec anyway name an algorithm, e.g. algorithm={shape.name!r}; "
+            f"zipcoll.explain(nbytes, comm, codec=...) lists every plan. This warning "
+            f"(zipcoll.CodecNotApplied) is given once per communicator.")
 
 
 def shared_profile(comm: MPI.Comm, path: str | None = None) -> Selector:
@@ -81,4 +130,4 @@ def explain(nbytes: int, comm: MPI.Comm | None = None, codec: Any = None,
     if not isinstance(profile, Profile):
         profile = shared_profile(comm, profile).profile
     ranked = rank_plans(nbytes, topology, profile, codec, dtype, op, native)
-    return Ranking(ranked, nbytes, profile.source)
+    return Ranking(ranked, nbytes, profile.source, topology, profile)
