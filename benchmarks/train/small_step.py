@@ -19,14 +19,13 @@ import shlex
 import statistics
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: see convergence.py
+# No OMP_WAIT_POLICY or thread settings of its own: the step a user's script gets.
+import numpy as np
+import torch
+from mpi4py import MPI
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from mpi4py import MPI  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-
-import zipcoll.torch as ztorch  # noqa: E402
+import zipcoll.torch as ztorch
 
 # name -> hook arguments; None: DDP's own all-reduce through the gloo process group.
 # One node: algorithm="auto" sends lossless, so the compressed configs name a schedule.
@@ -71,8 +70,25 @@ def timed_steps(comm, model, x, y, args) -> list[float]:
     return times
 
 
+def make_mlp(seed: int = 0, width: int = 4096) -> torch.nn.Module:
+    """step_time.py's model: ~25 M parameters, 100 MB of float32 gradients."""
+    torch.manual_seed(seed)
+    widths = [1024, width, width, 1024]
+    layers = [m for a, b in zip(widths, widths[1:]) for m in (torch.nn.Linear(a, b),
+                                                              torch.nn.ReLU())]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(1024, 10))
+
+
+def mlp_batch(rank: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(rank)
+    return torch.randn(batch, 1024, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+
+MODELS = {"cnn": (make_cnn, digits_batch), "mlp25m": (make_mlp, mlp_batch)}
+
+
 def timed_config(comm, hook_args, x, y, args) -> list[float]:
-    model = DDP(make_cnn(), gradient_as_bucket_view=True)
+    model = DDP(MODELS[args.model][0](), gradient_as_bucket_view=True)
     if hook_args is not None:
         state, hook = ztorch.ddp_comm_hook(**hook_args)
         model.register_comm_hook(state, hook)
@@ -85,17 +101,23 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--model", choices=MODELS, default="cnn")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--torch-threads", type=int, default=0)
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default="small_step.json")
+    parser.add_argument("--report", metavar="DIR",
+                        help="print the table of small_step.sh's launches in DIR, then exit")
     args = parser.parse_args()
+    if args.report:
+        print(report(args.report))
+        return
 
     comm = MPI.COMM_WORLD
     if args.torch_threads:  # default: torch's own choice, as a user's script gets it
         torch.set_num_threads(args.torch_threads)
     ztorch.init_process_group(comm)
-    x, y = digits_batch(comm.rank, args.batch)
+    x, y = MODELS[args.model][1](comm.rank, args.batch)
     names = args.configs.split(",")
     steps = {name: [] for name in names}
     for _ in range(args.rounds):
@@ -113,9 +135,39 @@ def main() -> None:
     meta = {"command": "python " + shlex.join(os.sys.argv), "ranks": comm.size,
             "args": vars(args), "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(), "numba_threads": numba.get_num_threads(),
-            "numba_threading_layer": _layer(), "load_average": os.getloadavg()}
+            "numba_threading_layer": _layer(), "load_average": os.getloadavg(),
+            "environment": {k: os.environ.get(k) for k in (
+                "OMP_WAIT_POLICY", "NUMBA_THREADING_LAYER", "NUMBA_NUM_THREADS")}}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "steps": steps}, f, indent=1)
+
+
+def report(folder: str) -> str:
+    """A markdown table: each config's median step (all launches, all rounds) per label."""
+    import glob
+
+    steps, layers = {}, {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            run = json.load(f)
+        label = run["meta"]["args"]["label"].strip() or "-"
+        for name, times in run["steps"].items():
+            steps.setdefault(name, {}).setdefault(label, []).extend(times)
+            if name != "DDP (gloo allreduce)":
+                layers.setdefault(label, set()).add(run["meta"]["numba_threading_layer"])
+    labels = sorted({label for by_label in steps.values() for label in by_label})
+    base = {label: statistics.median(steps["DDP (gloo allreduce)"][label]) for label in labels}
+    lines = ["| config | " + " | ".join(
+                f"{label} (Numba layer: {', '.join(sorted(layers.get(label, ())))})"
+                for label in labels) + " |",
+             "|---" * (len(labels) + 1) + "|"]
+    for name, by_label in steps.items():
+        cells = []
+        for label in labels:
+            median = statistics.median(by_label[label])
+            cells.append(f"{1e3 * median:.2f} ms ({median / base[label]:.2f}x)")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _layer() -> str:
