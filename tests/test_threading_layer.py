@@ -29,6 +29,16 @@ print(numba.threading_layer())
 """
 
 
+# a communicator's first call sets the kernels' thread count before any kernel runs:
+# that starts Numba's threads, which fixes the layer
+_THREADS_SET_FIRST = """
+import numba
+from zipcoll.codecs.backend import share_machine_cores, machine_identity
+share_machine_cores([machine_identity()], 0)
+print(numba.threading_layer())
+"""
+
+
 def _run(code: str, **env) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     environ.update(env, NUMBA_NUM_THREADS="2")
@@ -46,3 +56,9 @@ def test_the_users_threading_layer_is_kept():
     done = _run(_TWO_THREADS, NUMBA_THREADING_LAYER="threadsafe")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] != "workqueue"
+
+
+def test_workqueue_when_the_thread_count_is_set_before_any_kernel():
+    done = _run(_THREADS_SET_FIRST)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "workqueue"

@@ -2,38 +2,12 @@
 import ctypes
 import functools
 import math
-import os
-import threading
 
-import numba
 import numpy as np
 from numba import njit, prange
 
 from . import rules
-
-# Numba's default threading layer is OpenMP where TBB is absent: its runtime, started in
-# a process that also runs torch, slowed torch's own forward and backward (a small CNN's
-# DDP step 4-6 ms with gloo, 57.6 ms with the hook sending lossless). The workqueue layer
-# starts plain threads that sleep between kernels. Chosen here, before this module's first
-# parallel launch; an explicit NUMBA_THREADING_LAYER is the user's choice and stays.
-# (the environment too: Numba re-reads its config from it when it compiles)
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    os.environ["NUMBA_THREADING_LAYER"] = "workqueue"
-    numba.config.THREADING_LAYER = "workqueue"
-
-# workqueue aborts the process when two threads launch parallel kernels at once (zipcoll
-# serves two threads on two communicators): one parallel launch at a time, process-wide.
-_LAUNCH = threading.RLock()
-
-
-def _one_launch_at_a_time(entry):
-    """``entry`` (a function that may launch a parallel kernel) under the launch lock."""
-    @functools.wraps(entry)
-    def serialized(*args, **kwargs):
-        with _LAUNCH:
-            return entry(*args, **kwargs)
-    return serialized
-
+from .threads import one_launch_at_a_time
 
 # below this many elements a parallel launch costs more than it saves
 PARALLEL_MIN = 1 << 18
@@ -129,7 +103,7 @@ def _decoder(bits, accumulate, parallel):
     return _cacheable(decode)
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
                  r=None, rb=None, cap=rules.FLOAT32_MAX):
     """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``.
@@ -161,7 +135,7 @@ def _writable(a):
     return np.frombuffer(raw, a.dtype)
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def block_decode(codes, scales, out, block, bits, accumulate):
     """Decode every block into ``out`` (``out +=`` when ``accumulate``)."""
     _decoder(bits, bool(accumulate), out.size >= PARALLEL_MIN)(codes, scales, out, block)
@@ -194,25 +168,25 @@ def _widen(bf16, accumulate, parallel):
     return _cacheable(widen)
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def fp16_encode(bits32, out16):
     """IEEE half bits of each float32 (given as its uint32 bits), as NumPy rounds."""
     _narrow(False, bits32.size >= PARALLEL_MIN)(bits32, out16)
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def bf16_encode(bits32, out16):
     """bfloat16 bits of each float32 (given as its uint32 bits)."""
     _narrow(True, bits32.size >= PARALLEL_MIN)(bits32, out16)
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def fp16_decode(in16, out, accumulate):
     """float32 ``out`` (+)= the IEEE halves whose bits are ``in16``."""
     _widen(False, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def bf16_decode(in16, out, accumulate):
     """float32 ``out`` (+)= the bfloat16 values whose bits are ``in16``."""
     _widen(True, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
@@ -384,7 +358,7 @@ def _topk_from_bits(xb, k, absmask, nan, nchunks):
     return out
 
 
-@_one_launch_at_a_time
+@one_launch_at_a_time
 def topk_indices(x, k):
     """Sorted int32 indices of the k largest |x| (NaN largest), ties to the lower index.
 
@@ -425,5 +399,5 @@ def _count_nonfinite(x):
     return c
 
 
-add_counting_nonfinite = _one_launch_at_a_time(_add_counting_nonfinite)
-count_nonfinite = _one_launch_at_a_time(_count_nonfinite)
+add_counting_nonfinite = one_launch_at_a_time(_add_counting_nonfinite)
+count_nonfinite = one_launch_at_a_time(_count_nonfinite)
