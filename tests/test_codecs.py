@@ -444,7 +444,7 @@ def test_topk_drops_nonfinite_only_with_the_flag():
 
 
 def test_error_feedback_tracks_the_sum():
-    codec = ErrorFeedback("sign")
+    codec = ErrorFeedback("sign", decay=1.0)
     steps = [data(512, seed=s) for s in range(30)]
     sent = sum(codec.decode(codec.encode(x, key="w")) for x in steps)
     total = sum(steps)
@@ -461,6 +461,28 @@ def test_error_feedback_tracks_the_sum():
     codec.reset()
     assert codec.keys() == []
     assert codec.fixed_size and not codec.lossless and codec.wire_bytes(512) == get_codec("sign").wire_bytes(512)
+
+
+@pytest.mark.parametrize("spec,decay", [("sign", 0.5), ("int8", 1.0), ("topk:k=9", 1.0)])
+def test_feedback_keeps_the_codecs_share_of_the_residual(spec, decay):
+    """sign's residual is halved a step (its lag diverged training); the others keep it."""
+    codec = ErrorFeedback(spec)
+    assert codec.decay == decay and codec.get_config() == {"id": "feedback",
+                                                           "codec": get_codec(spec).get_config()}
+    x = data(512)
+    lost = x - codec.decode(codec.encode(x, key="w"))
+    np.testing.assert_array_equal(codec.residuals()["w"], np.float32(decay) * lost)
+
+
+def test_feedback_decay_set_by_the_caller():
+    codec = ErrorFeedback("sign", decay=0.25)
+    assert ErrorFeedback.from_config(codec.get_config()).decay == 0.25
+    x = data(512)
+    lost = x - codec.decode(codec.encode(x, key="w"))
+    np.testing.assert_array_equal(codec.residuals()["w"], np.float32(0.25) * lost)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="decay"):
+            ErrorFeedback("sign", decay=bad)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

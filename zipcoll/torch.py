@@ -188,8 +188,8 @@ def ddp_comm_hook(codec: Any = None, algorithm: str = "auto", comm: MPI.Intracom
     name a schedule, e.g. "ring", to compress there).
     `comm`: the MPI communicator of the DDP ranks, in the same rank order as the process
     group (default COMM_WORLD). `error_feedback`: with a lossy codec, keep each bucket's
-    compression error and send it with the next step's gradient (sign, topk and randomk
-    need it to converge). `overlap`: return each bucket's future unfinished, so backward
+    compression error and send it with the next step's gradient (topk and randomk need it
+    to converge; sign keeps half of it a step, see `zipcoll.codecs.sign`). `overlap`: return each bucket's future unfinished, so backward
     goes on while it is on the wire; the last bucket's hook finishes them all (above).
 
     >>> model.register_comm_hook(*ddp_comm_hook(codec="int8", algorithm="ring"))  # doctest: +SKIP

@@ -49,6 +49,7 @@ CONFIGS = {
     "int4": {"codec": "int4", "algorithm": "ring", "error_feedback": False},
     "qsgd": {"codec": "qsgd", "algorithm": "ring", "error_feedback": False},
     "terngrad": {"codec": "terngrad", "algorithm": "ring", "error_feedback": False},
+    "sign": {"codec": "sign", "algorithm": "allgather", "error_feedback": False},
     "sign+EF": {"codec": "sign", "algorithm": "allgather"},
     "topk1%+EF": {"codec": "topk:ratio=0.01", "algorithm": "allgather"},
     "topk0.1%+EF": {"codec": "topk:ratio=0.001", "algorithm": "allgather"},
@@ -78,8 +79,16 @@ def load_task(name: str):
     return as_x(x_train), torch.from_numpy(y_train), as_x(x_test), torch.from_numpy(y_test)
 
 
-def make_model(features: int, classes: int, hidden: int, seed: int) -> torch.nn.Module:
+def make_model(features: int, classes: int, hidden: int, seed: int,
+               kind: str = "mlp") -> torch.nn.Module:
+    """An MLP of two hidden layers, or ("cnn", digits only) two conv layers on the 8x8 image."""
     torch.manual_seed(seed)
+    if kind == "cnn":
+        return torch.nn.Sequential(
+            torch.nn.Unflatten(1, (1, 8, 8)),
+            torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(32 * 4 * 4, classes))
     return torch.nn.Sequential(torch.nn.Linear(features, hidden), torch.nn.ReLU(),
                                torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
                                torch.nn.Linear(hidden, classes))
@@ -107,7 +116,7 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 def run(comm, task, name: str, seed: int, args, counter: ByteCounter) -> dict:
     """Train one (task, codec, seed); the curve, bytes and times."""
     x_train, y_train, x_test, y_test = task
-    net = make_model(x_train.shape[1], int(y_train.max()) + 1, args.hidden, seed)
+    net = make_model(x_train.shape[1], int(y_train.max()) + 1, args.hidden, seed, args.model)
     model = DDP(net)
     state, hook = ztorch.ddp_comm_hook(**CONFIGS[name])
     model.register_comm_hook(state, hook)
@@ -140,6 +149,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                        help="cnn: small_step.py's CNN (digits only)")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--out", default="convergence.json")

@@ -6,8 +6,7 @@
 # Brings its own cluster up under the prefix $ZC_PREFIX (default zctr, subnet $ZC_SUBNET,
 # default 198.18.9) and always down.
 # Both "nodes" share this machine's cores: one thread a rank for torch and for zipcoll's
-# kernels (zipcoll would give its one rank a node every core, and Numba's OpenMP thread
-# count is torch's too: they share libgomp). No MASTER_ADDR: init_process_group finds
+# kernels (zipcoll would give its one rank a node every core). No MASTER_ADDR: init_process_group finds
 # node 0's address itself (GLOO_SOCKET_IFNAME's, the cluster interface).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

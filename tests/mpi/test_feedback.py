@@ -5,8 +5,8 @@ to its next input, so over T calls on the same x the decoded values sum to T * e
 plus bounded residuals: the running mean converges to the exact sum like 1/T. Without a
 key a deterministic codec gives the same result every call, and the mean does not
 improve. Checked: error of the mean of T = 32 calls < 1/4 of one call's error for int2
-(observed 1/6.6 (ring, 4 ranks) to 1/22 (1 rank)), < 1/3 for sign (observed ~1/4 on 1 rank, where sign's
-residual converges only like 1/sqrt(T), to 1/10 on 4 ranks). `zipcoll.feedback` holds the residuals: keys(),
+(observed 1/6.6 (ring, 4 ranks) to 1/22 (1 rank)), and below one call's for sign, which
+keeps half its residual a step. `zipcoll.feedback` holds the residuals: keys(),
 nbytes(), reset(key).
 """
 from __future__ import annotations
@@ -64,9 +64,10 @@ def test_running_mean_converges_with_a_key(comm, algorithm, layout, codec):
         assert averaged == 0
         return
     # int2 converges like 1/T (1001 elements, 1 rank: 0.86 -> 0.039 at T=32; ring on 4
-    # ranks 2.7 -> 0.41), sign only like 1/sqrt(T) (1 rank: 0.62 -> 0.155 at T=32, 0.056
-    # at T=256): its residual keeps growing slowly
-    factor = {"sign": 3, "int2": 4}[codec]
+    # ranks 2.7 -> 0.41); sign keeps half its residual a step (its full residual's lag
+    # diverged training), so the mean only improves on one call
+    factor = {"sign": 1.15, "int2": 4}[codec]
+    print(f"{codec} {algorithm}: one call {single:.3g}, mean of {T} {averaged:.3g}")
     assert averaged < single / factor, (f"mean of {T} calls: error {averaged:.3g}, "
                                         f"one call {single:.3g}")
     assert zipcoll.feedback.nbytes() > 0

@@ -16,6 +16,7 @@ from types import ModuleType
 import numpy as np
 
 from ..errors import MissingDependencyError
+from .kernels.threads import choose_layer
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ def _use_threads(threads: int) -> int:
 
     import numba
 
+    choose_layer()  # set_num_threads starts Numba's threads, which fixes the layer
     if "NUMBA_NUM_THREADS" not in os.environ:
         numba.set_num_threads(max(1, min(numba.config.NUMBA_NUM_THREADS, threads)))
     return numba.get_num_threads()

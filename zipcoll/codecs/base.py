@@ -174,6 +174,8 @@ class Codec(abc.ABC):
     (E[decode(encode(x))] == x), ``stochastic`` (uses random numbers: takes ``seed``),
     ``fixed_size`` (``wire_bytes(n)`` is the exact payload size for every input of n
     elements), ``sparse`` (sends a subset of the elements; the rest decode to 0).
+    ``feedback_decay``: what ``ErrorFeedback`` keeps of a residual from one step to the
+    next by default (1: all of it).
     """
 
     codec_id: ClassVar[str]
@@ -182,6 +184,7 @@ class Codec(abc.ABC):
     stochastic: ClassVar[bool] = False
     fixed_size: ClassVar[bool] = True
     sparse: ClassVar[bool] = False
+    feedback_decay: ClassVar[float] = 1.0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -5,7 +5,8 @@
 (EF-SGD, EF-signSGD, 1-bit Adam). The inner codec does both in one call
 (``encode_with_residual``; the block codecs in one pass over the data). Memory: one
 array the size and dtype of ``x`` per live key; ``reset(key)`` frees one, ``reset()``
-all. A residual holding NaN/Inf is dropped rather than kept, so one bad step does not
+all. ``decay`` scales the residual kept after each step (default: the inner codec's
+``feedback_decay``, 1 but for sign, whose lagging residual is halved: see sign.py). A residual holding NaN/Inf is dropped rather than kept, so one bad step does not
 poison every later one. Payloads are the inner codec's: there is no feedback format.
 """
 from __future__ import annotations
@@ -23,9 +24,18 @@ class ErrorFeedback(Codec):
 
     codec_id = "feedback"
 
-    def __init__(self, codec):
+    def __init__(self, codec, decay: float | None = None):
         self._codec = get_codec(codec)
+        default = self._codec.feedback_decay
+        self._decay = float(default if decay is None else decay)
+        if not 0.0 <= self._decay <= 1.0:
+            raise ValueError(f"feedback decay must be in [0, 1], got {decay!r}")
         self._residuals: dict[Hashable, object] = {}
+
+    @property
+    def decay(self) -> float:
+        """What is kept of a residual from one step to the next."""
+        return self._decay
 
     @property
     def codec(self) -> Codec:
@@ -33,13 +43,16 @@ class ErrorFeedback(Codec):
         return self._codec
 
     def get_config(self) -> dict:
-        """``{"id": "feedback", "codec": inner config}``."""
-        return {"id": self.codec_id, "codec": self._codec.get_config()}
+        """``{"id": "feedback", "codec": inner config}``, and ``decay`` if not the codec's."""
+        config = {"id": self.codec_id, "codec": self._codec.get_config()}
+        if self._decay != self._codec.feedback_decay:
+            config["decay"] = self._decay
+        return config
 
     @classmethod
     def from_config(cls, config: Mapping) -> "ErrorFeedback":
         """The wrapper of ``config["codec"]`` (a config, a spec string or a codec)."""
-        return cls(config["codec"])
+        return cls(config["codec"], config.get("decay"))
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -63,6 +76,8 @@ class ErrorFeedback(Codec):
             residual = bk.xp.zeros_like(x)
         payload, finite = self._codec.encode_feedback(x, residual, out=out, seed=seed)
         if finite:
+            if self._decay != 1.0:
+                residual *= self._decay
             self._residuals[key] = residual
         return payload
 

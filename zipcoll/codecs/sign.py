@@ -8,7 +8,13 @@ which of its elements are not finite, and as its scale the block's non-finite va
 an Inf if every non-finite element of the block is that same Inf, else NaN. Those
 elements decode to that value (so +-Inf to themselves, unless a block mixes them), and
 the finite elements of such a block decode to 0 (an error of |x|, inside the bound).
-The other blocks are unaffected. float64 input is coded as its float32 cast: an element
+The other blocks are unaffected.
+
+Under ``ErrorFeedback`` the residual is halved each step (``feedback_decay``). One scale
+a block under-sends the block's large elements, so their residual grows until the scale
+does and they reach the model many steps late: with momentum SGD at the learning rates
+plain training uses, that lag diverged (a small CNN on digits at lr 0.1: 72% test
+accuracy with the whole residual kept, 97.5% with sign alone and with half of it kept). float64 input is coded as its float32 cast: an element
 beyond float32's range is the Inf of its sign there; a mean |x| beyond it (float64
 elements just below that) is sent as float32's largest value.
 """
@@ -27,6 +33,7 @@ class Sign(BlockQuantizer):
     codec_id = "sign"
     bits = 1
     norm = rules.MEANABS
+    feedback_decay = 0.5
 
     @property
     def levels(self) -> int:

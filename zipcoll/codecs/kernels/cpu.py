@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import rules
-
+from .threads import one_launch_at_a_time
 
 # below this many elements a parallel launch costs more than it saves
 PARALLEL_MIN = 1 << 18
@@ -103,6 +103,7 @@ def _decoder(bits, accumulate, parallel):
     return _cacheable(decode)
 
 
+@one_launch_at_a_time
 def block_encode(x, xb, codes, scales, block, bits, levels, kind, stochastic, seed,
                  r=None, rb=None, cap=rules.FLOAT32_MAX):
     """Quantize every block of ``x`` (``xb``: its bits) into packed ``codes`` and ``scales``.
@@ -134,6 +135,7 @@ def _writable(a):
     return np.frombuffer(raw, a.dtype)
 
 
+@one_launch_at_a_time
 def block_decode(codes, scales, out, block, bits, accumulate):
     """Decode every block into ``out`` (``out +=`` when ``accumulate``)."""
     _decoder(bits, bool(accumulate), out.size >= PARALLEL_MIN)(codes, scales, out, block)
@@ -166,21 +168,25 @@ def _widen(bf16, accumulate, parallel):
     return _cacheable(widen)
 
 
+@one_launch_at_a_time
 def fp16_encode(bits32, out16):
     """IEEE half bits of each float32 (given as its uint32 bits), as NumPy rounds."""
     _narrow(False, bits32.size >= PARALLEL_MIN)(bits32, out16)
 
 
+@one_launch_at_a_time
 def bf16_encode(bits32, out16):
     """bfloat16 bits of each float32 (given as its uint32 bits)."""
     _narrow(True, bits32.size >= PARALLEL_MIN)(bits32, out16)
 
 
+@one_launch_at_a_time
 def fp16_decode(in16, out, accumulate):
     """float32 ``out`` (+)= the IEEE halves whose bits are ``in16``."""
     _widen(False, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
 
 
+@one_launch_at_a_time
 def bf16_decode(in16, out, accumulate):
     """float32 ``out`` (+)= the bfloat16 values whose bits are ``in16``."""
     _widen(True, bool(accumulate), out.size >= PARALLEL_MIN)(in16, out)
@@ -352,6 +358,7 @@ def _topk_from_bits(xb, k, absmask, nan, nchunks):
     return out
 
 
+@one_launch_at_a_time
 def topk_indices(x, k):
     """Sorted int32 indices of the k largest |x| (NaN largest), ties to the lower index.
 
@@ -373,7 +380,7 @@ def topk_indices(x, k):
 
 
 @njit(parallel=True, cache=True)
-def add_counting_nonfinite(r, x):
+def _add_counting_nonfinite(r, x):
     """r += x; how many elements of the new r are NaN/Inf (error feedback's target)."""
     c = 0
     for i in prange(r.size):
@@ -384,9 +391,13 @@ def add_counting_nonfinite(r, x):
 
 
 @njit(parallel=True, cache=True)
-def count_nonfinite(x):
+def _count_nonfinite(x):
     """Number of NaN/Inf elements of ``x``."""
     c = 0
     for i in prange(x.size):
         c += not math.isfinite(x[i])
     return c
+
+
+add_counting_nonfinite = one_launch_at_a_time(_add_counting_nonfinite)
+count_nonfinite = one_launch_at_a_time(_count_nonfinite)
