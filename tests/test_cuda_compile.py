@@ -75,6 +75,7 @@ def compile_all() -> int:
     return failed
 
 
+@pytest.mark.timeout(400)  # ~40 s to PTX on a quiet 2-core machine
 def test_every_cuda_kernel_compiles_for_sm90():
     pytest.importorskip("numba_cuda", reason="numba-cuda not installed")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
