@@ -29,8 +29,8 @@ def test_simulated_gpu_check(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     table = (tmp_path / "table.txt").read_text().splitlines()
     assert not [line for line in table if "failed" in line], table
-    env_lines = dict(line[len("env "):].strip().split(": ", 1) for line in table
-                     if line.startswith("env "))
+    env_lines = {item.strip(): value.strip() for item, value in
+                 (line[len("env "):].split(": ", 1) for line in table if line.startswith("env "))}
     assert env_lines["GPUs"] == "CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
     assert env_lines["CUDA target"].startswith(("numba-cuda", "Numba's built-in"))
     assert run.stdout.index("CUDA target") < run.stdout.index("== codecs")  # printed first
