@@ -18,6 +18,19 @@ def test_zipcoll_info_lists_feedback_as_a_wrapper():
     assert isinstance(get_codec("feedback:sign"), ErrorFeedback)
 
 
+def test_zipcoll_info_names_the_cuda_target_and_cupy():
+    import importlib.util
+
+    from zipcoll.info import report
+
+    lines = dict(report())
+    numba_cuda = importlib.util.find_spec("numba_cuda") is not None
+    assert lines["CUDA target"].startswith("numba-cuda 0." if numba_cuda else "Numba's built-in")
+    assert lines["GPUs"].startswith(("none", "0: ", "CUDA simulator"))
+    assert lines["cupy"] == ("not installed" if importlib.util.find_spec("cupy") is None
+                             else importlib.import_module("cupy").__version__)
+
+
 def test_bare_feedback_says_how_to_write_it():
     with pytest.raises(ValueError, match="feedback:X"):
         get_codec("feedback")

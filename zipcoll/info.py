@@ -14,6 +14,39 @@ def _version(module: str) -> str:
         return "not installed"
 
 
+def cuda_target() -> str:
+    """Which `numba.cuda` the CUDA kernels use: NVIDIA's numba-cuda, or Numba's built-in."""
+    try:
+        from numba import cuda
+    except Exception as error:  # noqa: BLE001 - a broken CUDA install is reported, not fatal
+        return f"unavailable ({type(error).__name__}: {error})"
+    if getattr(cuda, "implementation", "") == "NVIDIA":
+        return f"numba-cuda {_version('numba_cuda')}"
+    return ("Numba's built-in numba.cuda (deprecated: "
+            "pip install -e \".[cuda12]\" brings numba-cuda)")
+
+
+def gpus() -> str:
+    """The GPUs the CUDA driver sees, or why none."""
+    from zipcoll.buffers import simulator_on
+
+    if simulator_on():
+        return "CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    try:
+        from numba import cuda
+
+        if not cuda.is_available():
+            return "none (no CUDA driver or device)"
+        return ", ".join(_gpu_name(gpu) for gpu in cuda.gpus)
+    except Exception as error:  # noqa: BLE001
+        return f"unknown ({type(error).__name__}: {error})"
+
+
+def _gpu_name(gpu) -> str:
+    name = gpu.name.decode() if isinstance(gpu.name, bytes) else gpu.name
+    return f"{gpu.id}: {name} (compute {'.'.join(map(str, gpu.compute_capability))})"
+
+
 def _kernel_threads(comm) -> str:
     """The CPU kernels' thread count in force on this rank, and where it comes from."""
     from zipcoll.codecs.backend import cores_shared, machine_identity, share_machine_cores
@@ -46,6 +79,8 @@ def report() -> list[tuple[str, str]]:
         ("GPU staging", staging_rule()),
         ("numpy", _version("numpy")),
         ("numba", _version("numba")),
+        ("CUDA target", cuda_target()),
+        ("GPUs", gpus()),
         ("cupy", _version("cupy")),
         ("torch", _version("torch")),
         ("jax", _version("jax")),

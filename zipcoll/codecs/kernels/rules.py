@@ -264,10 +264,11 @@ def quantize(v, pre, inv, levels, bits, u, marked):
         if marked:
             return np.int32(0 if math.isfinite(w) else 1)
         return np.int32(0 if v < 0 else 1)
-    f = np.floor(w * pre * inv + u)
-    f = min(max(f, -levels), levels)
+    # Clipped, then floored (the same, as levels is whole): math.floor, as the CUDA target
+    # has no np.floor, and only for finite w (a Python floor of NaN or Inf raises).
+    f = min(max(w * pre * inv + u, -levels), levels)
     top = (1 << (bits - 1)) - 1
-    code = np.int32(f) if math.isfinite(w) else np.int32(-top - 1)  # a select: vectorizes
+    code = np.int32(math.floor(f)) if math.isfinite(w) else np.int32(-top - 1)  # a select
     if marked and math.isinf(w):  # marked is the block's: the loop is unswitched on it
         code = np.int32(top if w > 0 else -top)
     return code
