@@ -19,7 +19,7 @@ from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyError, ZipcollError
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
-from zipcoll.topologies.explain import explain
+from zipcoll.collectives.planning import explain
 
 __version__ = "0.1.0"
 

@@ -81,9 +81,9 @@ def comm() -> MPI.Intracomm:
 def small_slices(monkeypatch) -> int:
     """Slices of 4 KiB (and every rank its own node, with `sliced_topology`): small test
     messages then run in several slices, as large ones do on a cluster."""
-    from zipcoll.collectives import plan
+    from zipcoll.collectives import slicing
 
-    monkeypatch.setattr(plan, "SLICE_BYTES", 4096)
+    monkeypatch.setattr(slicing, "SLICE_BYTES", 4096)
     return 4096
 
 

@@ -583,9 +583,9 @@ def test_one_rank_a_node_reads_the_send_buffer(comm, algorithm, spec):
 def test_sliced_within_bound(comm, monkeypatch, algorithm, spec):
     """Each rank its own node and small slices: a flat schedule runs in slices, several in
     flight; each slice encodes on its own, so the bound of the whole call still holds."""
-    from zipcoll.collectives import plan as plans
+    from zipcoll.collectives import slicing
 
-    monkeypatch.setattr(plans, "SLICE_BYTES", 1024)  # sign: slices of p x 28 x 128 bytes
+    monkeypatch.setattr(slicing, "SLICE_BYTES", 1024)  # sign: slices of p x 28 x 128 bytes
     topology = zipcoll.Topology.from_comm(comm, ranks_per_node=1)
     x = rank_data("float32", 20_011, comm.rank)
     plan = make_plan(x, None, "sum", algorithm, spec, None, topology)

@@ -135,13 +135,13 @@ def test_sliced_calls_keep_a_residual_per_slice(comm, monkeypatch, algorithm):
     """In slices (each rank its own node; int2's slices p x 16 x SLICE_BYTES / 8: 5 to 9 of
     N), every slice's encode sites keep their own residuals: together as large as
     unsliced, and the mean converges."""
-    from zipcoll.collectives import plan
+    from zipcoll.collectives import plan, slicing
 
     zipcoll.allreduce(rank_data("float32", N, comm.rank), algorithm=algorithm, codec="int2",
                       key="whole", comm=comm)
     whole = zipcoll.feedback.nbytes()
     zipcoll.feedback.reset()
-    monkeypatch.setattr(plan, "SLICE_BYTES", 64)
+    monkeypatch.setattr(slicing, "SLICE_BYTES", 64)
     topology = zipcoll.Topology.from_comm(comm, ranks_per_node=1)
     x = rank_data("float32", N, comm.rank)
     slices = plan.make_plan(x, None, "sum", algorithm, "int2", "g", topology).slicing.slices

@@ -1,0 +1,68 @@
+"""$ZIPCOLL_PROFILE that one rank (or every rank) cannot load: the same ProfileError on every
+rank, at once, before any data moves; nobody waits for the rank that failed."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+import zipcoll
+from zipcoll.collectives.planning import PROFILE_ENV, DEFAULT_PROFILE, ProfileError
+
+pytestmark = pytest.mark.mpi
+
+BAD = {
+    "missing": None,
+    "not JSON": "{ this is not json",
+    "not a profile": json.dumps({"intra": {"alpha": 1e-6}}),
+    "a list": "[1, 2]",
+}
+
+
+def profile_file(tmp_path, rank, kind):
+    """A good profile, or a bad one of `kind`, at a path of this rank's own."""
+    path = tmp_path / f"profile-rank{rank}.json"
+    if kind is None:
+        DEFAULT_PROFILE.save(str(path))
+    elif BAD[kind] is not None:
+        path.write_text(BAD[kind])
+    return str(path)
+
+
+def failing_ranks(comm, where):
+    return {"rank 0": {0}, "last rank": {comm.size - 1}, "every rank": set(range(comm.size))}[where]
+
+
+@pytest.mark.parametrize("kind", list(BAD))
+@pytest.mark.parametrize("where", ["rank 0", "last rank", "every rank"])
+def test_a_profile_one_rank_cannot_load_fails_every_rank_alike(comm, tmp_path, monkeypatch,
+                                                                kind, where):
+    bad = comm.rank in failing_ranks(comm, where)
+    monkeypatch.setenv(PROFILE_ENV, profile_file(tmp_path, comm.rank, kind if bad else None))
+    fresh = comm.Dup()  # no profile cached on it yet
+    x = np.arange(16, dtype=np.float32)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ProfileError) as raised:
+            zipcoll.allreduce(x, comm=fresh)  # auto: its first call loads the profile
+        elapsed = time.monotonic() - start
+        text = str(raised.value)
+        assert np.array_equal(x, np.arange(16, dtype=np.float32))  # no data moved
+        first = min(failing_ranks(comm, where))
+        assert f"loaded on rank {first} of {comm.size}" in text and PROFILE_ENV in text
+        assert comm.allgather(text) == [text] * comm.size
+        assert elapsed < 1.0, elapsed
+        # the next call tries again, alike everywhere; with the file repaired it runs
+        monkeypatch.setenv(PROFILE_ENV, profile_file(tmp_path, comm.rank, None))
+        assert np.array_equal(zipcoll.allreduce(x, comm=fresh), x * comm.size)
+    finally:
+        fresh.Free()
+
+
+def test_explain_with_a_path_one_rank_cannot_read_fails_every_rank(comm, tmp_path):
+    path = profile_file(tmp_path, comm.rank, "missing" if comm.rank == comm.size - 1 else None)
+    with pytest.raises(ProfileError) as raised:
+        zipcoll.explain(1 << 20, comm=comm, profile=path)
+    text = str(raised.value)
+    assert f"rank {comm.size - 1} of {comm.size}" in text and "FileNotFoundError" in text
+    assert comm.allgather(text) == [text] * comm.size
