@@ -459,3 +459,13 @@ def test_a_flat_schedule_without_a_cost_is_left_out_of_auto(monkeypatch):
     assert "costless" in SCHEDULES
     assert not any("costless" in (p.algorithm, p.inner) for p in cost.candidate_plans(topo, codec="int8"))
     assert cost.choose(1 << 20, topo, "int8", DEFAULT_PROFILE).algorithm != "costless"
+
+
+def test_bruck_needs_no_fold_where_p_is_not_a_power_of_two():
+    small = 64.0
+    three = Span(3, 3, INTRA, INTER)
+    assert formula("bruck")(small, three, WORK) < formula("recdoubling")(small, three, WORK)
+    # 2 steps of 1 us + 64 ns, 4 x 64 B reduced or copied
+    assert formula("bruck")(small, three, WORK) == pytest.approx(2 * (1e-6 + 64e-9) + 4 * 64e-9)
+    four = Span(4, 4, INTRA, INTER)  # 3 whole vectors received where recdoubling takes 2
+    assert formula("bruck")(N, four, WORK) > formula("recdoubling")(N, four, WORK)
