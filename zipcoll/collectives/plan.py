@@ -215,6 +215,7 @@ def _object_key(codec: ErrorFeedback) -> Hashable:
     if id(codec) not in _WATCHED:
         _WATCHED.add(id(codec))
         weakref.finalize(codec, _forget, key)
+        encoding.FEEDBACK.adopt(key, codec)  # its own residuals: its reset/keys/nbytes see them
     return key
 
 
