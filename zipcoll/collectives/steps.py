@@ -189,6 +189,16 @@ class Slots:
         self._t.give_back(self._space, self._xp)
 
 
+def reduce_in_rank_order(enc: Encoding, packed: list, buf: Any) -> None:
+    """buf <- every rank's packed vector (`packed[j]`: rank j's), combined in rank order:
+    rank 0's unpacked, the others reduced into it; the same bits on every rank."""
+    for j, wire in enumerate(packed):
+        if j == 0:
+            enc.unpack(wire, buf)
+        else:
+            enc.reduce(wire, buf)
+
+
 def send_recv_reduce(t: Transport, enc: Encoding, outgoing: Any, dest: int, acc: Any,
                      source: int, tag: int, slot: Any, first: Any = None,
                      received_first: bool = False) -> Steps:

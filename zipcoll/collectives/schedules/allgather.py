@@ -17,7 +17,7 @@ from zipcoll.codecs import Codec
 from zipcoll.collectives.planning.model import Span, Work, all_to_all
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, split_space
-from zipcoll.collectives.steps import Encoding, Slots
+from zipcoll.collectives.steps import Encoding, Slots, reduce_in_rank_order
 from zipcoll.transport import Transport
 
 
@@ -52,12 +52,7 @@ def _gather_and_reduce(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any,
     try:
         inbox = [enc.inbox(box, buf.size) for box in split_space(space[0], counts)]
         yield t.exchange_with_all(payload, inbox, tag)
-        for j in range(t.size):  # rank order: the same result on every rank
-            received = payload if j == t.rank else inbox[j]
-            if j == 0:
-                enc.unpack(received, buf)
-            else:
-                enc.reduce(received, buf)
+        reduce_in_rank_order(enc, [payload if j == t.rank else inbox[j] for j in range(t.size)], buf)
     finally:
         space.give_back()
 

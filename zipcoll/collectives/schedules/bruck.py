@@ -22,7 +22,7 @@ from zipcoll.codecs import Codec
 from zipcoll.collectives.planning.model import Span, Work
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, split_space
-from zipcoll.collectives.steps import Encoding, Slots
+from zipcoll.collectives.steps import Encoding, Slots, reduce_in_rank_order
 from zipcoll.transport import Transport
 
 
@@ -43,12 +43,7 @@ def bruck(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any = np,
             yield t.exchange(space[0][:count * stride], (me - held) % p,
                              space[0][held * stride:(held + count) * stride], (me + held) % p, tag)
             held += count
-        for rank in range(p):  # rank order: the same bits on every rank
-            block = enc.inbox(blocks[(rank - me) % p], buf.size)
-            if rank == 0:
-                enc.unpack(block, buf)
-            else:
-                enc.reduce(block, buf)
+        reduce_in_rank_order(enc, [enc.inbox(blocks[(j - me) % p], buf.size) for j in range(p)], buf)
     finally:
         space.give_back()
 
