@@ -304,10 +304,10 @@ def candidate_plans(topology: Any, codec: Any = None, dtype: str = "float32",
     """Every plan a call may run: lossless ones, and with ``codec`` those that may carry it.
 
     Every registered schedule with a cost, in the registry's order: flat ones, and each
-    two-level one over every flat inner one (`two_level_schedules`). Raw-value codecs
-    ("none") count as codecs: only for SUM of floats. A codec goes flat or at the inter
-    level (the intra level stays lossless, as ``auto`` does); which schedule carries which
-    codec is the registry's rule (`Schedule.accepts`). ``native=False``: no plan uses the
+    two-level one over every flat inner one (`two_level_schedules`). Plans with a codec
+    (not a lossless one) only for SUM or mean of floats; it goes flat or at the inter level
+    (the intra level stays lossless, as ``auto`` does); which schedule carries which codec
+    is the registry's rule (`Schedule.accepts`). ``native=False``: no plan uses the
     MPI library's own op (flat, or as the inter level), for a dtype and op on which it
     does not give zipcoll's answer.
     """
