@@ -468,8 +468,8 @@ def check_dense(s: Started, comm: MPI.Intracomm, topology: zipcoll.Topology) -> 
         problems.append("allreduce did not return recvbuf")
     ref_op = "sum" if call.op == "mean" else call.op
     ref = expected(comm, s.sent, ref_op)  # every rank, whatever the check below needs
-    plan = make_plan(s.sent, None, call.op, call.algorithm, call.codec, None, topology,
-                     context_for(comm).selector)  # what the call resolved to
+    plan = s.request.plan if s.request is not None else make_plan(  # what the call ran
+        s.sent, None, call.op, call.algorithm, call.codec, None, topology, context_for(comm).selector)
     if plan.codec is not None or plan.intra_codec is not None:  # auto: where the model says
         problems += _check_lossy(call, comm, topology, got, plan.name)
     else:

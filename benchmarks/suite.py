@@ -33,9 +33,10 @@ from pathlib import Path
 
 from zipcoll.bench.timing import parse_size
 from zipcoll.codecs import get_codec
-from zipcoll.collectives.select import default_inner
 from zipcoll.topologies import Topology
-from zipcoll.topologies.cost import CodecSpeed, PlanShape, Rate, bounds, two_level_names
+from zipcoll.collectives.planning import CodecSpeed, PlanShape, Rate, bounds
+from zipcoll.collectives.planning.selector import default_inner
+from zipcoll.collectives.registry import SCHEDULES
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "benchmarks" / "cluster" / "cluster.sh"
@@ -522,7 +523,7 @@ def cluster_state(prefix: str) -> dict:
 def combo_plan(combo: dict) -> PlanShape:
     """The plan a combo runs: two-level ones with their default inner schedule."""
     algorithm, _, inner = combo["algorithm"].partition(":")
-    if algorithm in two_level_names() and not inner:
+    if SCHEDULES[algorithm].two_level and not inner:
         inner = default_inner(get_codec(combo["codec"]) if combo["codec"] else None)
     return PlanShape(algorithm, inner or None, None, combo["codec"])
 

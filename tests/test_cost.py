@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from zipcoll import get_codec
+from zipcoll.collectives import planning as cost
+from zipcoll.collectives.planning import (DEFAULT_PROFILE, CodecSpeed, Link, PlanShape, Profile,
+                                          Rate, Shape, Span, Work)
+from zipcoll.collectives.registry import SCHEDULES, accepting, flat
 from zipcoll.topologies import Topology
-from zipcoll.topologies import cost
-from zipcoll.topologies.cost import (DEFAULT_PROFILE, CodecSpeed, Link, PlanShape, Profile, Rate,
-                                     Shape, Span, Work)
 
 INTRA, INTER = Link(1e-6, 1e-9), Link(10e-6, 1e-8)
 ROUND = Profile(INTRA, INTER, Rate(1e9), step_overhead=0.0, call_overhead=0.0,
@@ -26,14 +27,19 @@ N = 4e6  # bytes: 1e6 float32
 INT8 = get_codec("int8")
 
 
+def formula(name):
+    """The cost formula the schedule registered beside its run."""
+    return SCHEDULES[name].cost
+
+
 def test_ring_one_node():
     # 2(p-1) steps of n/p = 1e6 B: 6 (1us + 1ms), plus (p-1) reductions of 1e6 B: 3 ms
-    assert cost.ring(N, ONE_NODE, WORK) == pytest.approx(6 * 1.001e-3 + 3e-3)
+    assert formula("ring")(N, ONE_NODE, WORK) == pytest.approx(6 * 1.001e-3 + 3e-3)
 
 
 def test_ring_across_nodes_goes_at_the_inter_rate():
     # 6 (10us + 1e6 * 10ns) + 3 ms
-    assert cost.ring(N, TWO_BY_TWO, WORK) == pytest.approx(6 * 10.01e-3 + 3e-3)
+    assert formula("ring")(N, TWO_BY_TWO, WORK) == pytest.approx(6 * 10.01e-3 + 3e-3)
 
 
 def test_ring_with_a_codec():
@@ -41,25 +47,25 @@ def test_ring_with_a_codec():
     hops = 6 * (1e-6 + w * 1e-9)
     reduce_scatter = 3 * (1e-3 + 1e-3)  # encode + decode_add per hop
     owner_and_allgather = 1e-3 + 4 * 0.5e-3  # owner encodes once, p decodes
-    assert cost.ring(N, ONE_NODE, WORK, INT8) == pytest.approx(hops + reduce_scatter + owner_and_allgather)
+    assert formula("ring")(N, ONE_NODE, WORK, INT8) == pytest.approx(hops + reduce_scatter + owner_and_allgather)
 
 
 def test_rabenseifner_power_of_two_across_nodes():
     # distance 1 (same node): 2 (1us + 2e6 ns) + 2e6 ns = 6.002 ms
     # distance 2 (other node, both ranks of a node at once: beta x2): 2 (10us + 1e6 x 20ns) + 1 ms
-    assert cost.rabenseifner(N, TWO_BY_TWO, WORK) == pytest.approx(6.002e-3 + 2 * 20.01e-3 + 1e-3)
+    assert formula("rabenseifner")(N, TWO_BY_TWO, WORK) == pytest.approx(6.002e-3 + 2 * 20.01e-3 + 1e-3)
 
 
 def test_rabenseifner_three_ranks_folds():
     # fold + unfold of the whole vector (2 x 4.001 ms) and one reduction of it (4 ms),
     # then one halving/doubling step between 2 ranks: 2 (1us + 2 ms) + 2 ms
     span = Span(3, 3, INTRA, INTER)
-    assert cost.rabenseifner(N, span, WORK) == pytest.approx(12.002e-3 + 6.002e-3)
+    assert formula("rabenseifner")(N, span, WORK) == pytest.approx(12.002e-3 + 6.002e-3)
 
 
 def test_recdoubling_small_message():
     # log2 4 = 2 exchanges of 4 KB: each 1 us + 4 us on the wire + 4 us reducing
-    assert cost.recdoubling(4e3, ONE_NODE, WORK) == pytest.approx(2 * 9e-6)
+    assert formula("recdoubling")(4e3, ONE_NODE, WORK) == pytest.approx(2 * 9e-6)
 
 
 def test_binomial_tree_pipelined():
@@ -67,13 +73,13 @@ def test_binomial_tree_pipelined():
     # per phase: fill 1 x (1us + 0.5 ms) + 8 root steps of (1us + 2 x 0.5 ms)
     # reduce: 8 x 2 children x 0.5 ms
     phase = (1e-6 + 5e-4) + 8 * (1e-6 + 1e-3)
-    assert cost.tree(N, ONE_NODE, WORK) == pytest.approx(2 * phase + 8e-3)
+    assert formula("tree")(N, ONE_NODE, WORK) == pytest.approx(2 * phase + 8e-3)
 
 
 def test_double_binary_tree():
     # halves of 2e6 B in 4 segments of 5e5; depth 2; per step 2 segments out (one per tree)
     phase = (1e-6 + 5e-4) + 4 * (1e-6 + 1e-3)
-    assert cost.dbtree(N, ONE_NODE, WORK) == pytest.approx(2 * phase + 4 * 2 * 5e-4)
+    assert formula("dbtree")(N, ONE_NODE, WORK) == pytest.approx(2 * phase + 4 * 2 * 5e-4)
 
 
 def test_allgather_across_nodes():
@@ -81,14 +87,14 @@ def test_allgather_across_nodes():
     # a node's link carries its 2 ranks' payloads to the 2 ranks elsewhere: 2 alphas + 4 w beta
     moves = max(1e-6 + w * 1e-9, 2 * 10e-6 + 4 * w * 1e-8)
     expected = moves + 4e-3 + 4 * 4e-3  # encode n once, decode_add all 4 payloads
-    assert cost.allgather(N, TWO_BY_TWO, WORK, INT8) == pytest.approx(expected)
+    assert formula("allgather")(N, TWO_BY_TWO, WORK, INT8) == pytest.approx(expected)
 
 
 def test_twophase_one_node():
     w = INT8.wire_bytes(250_000, "float32")
     moves = 2 * 3 * (1e-6 + w * 1e-9)  # twice: 3 neighbours' chunks
     codec = 4 * 1e-3 + 3 * 1e-3 + 4 * 0.5e-3  # p encodes, p-1 decode_adds, p decodes of n/p
-    assert cost.twophase(N, ONE_NODE, WORK, INT8) == pytest.approx(moves + codec)
+    assert formula("twophase")(N, ONE_NODE, WORK, INT8) == pytest.approx(moves + codec)
 
 
 def test_hierarchical_slices_pipeline():
@@ -124,8 +130,8 @@ def test_native_without_measurements_is_the_best_of_its_algorithms():
     span = Span(8, 4, INTRA, INTER)
     work = Work(ROUND, 1, "uint8", 0.0)
     for n in (8, 1 << 16, 1 << 24):
-        expected = min(cost.recdoubling(n, span, work), cost.rabenseifner(n, span, work),
-                       cost.ring(n, span, work))
+        expected = min(formula("recdoubling")(n, span, work), formula("rabenseifner")(n, span, work),
+                       formula("ring")(n, span, work))
         assert cost.predict(PlanShape("native"), n, topo, ROUND) == pytest.approx(expected)
 
 
@@ -147,8 +153,8 @@ def names(plans):
 def test_lossless_plans_only_without_a_codec():
     plans = cost.candidate_plans(Topology.from_layout(4, 0, ranks_per_node=2))
     assert all(p.inter_codec is None and p.intra_codec is None for p in plans)
-    assert {"native", "ring", "rabenseifner", "recdoubling", "twophase", "allgather",
-            "hierarchical:ring", "hierarchical:native"} <= names(plans)
+    inners = {s.name for s in flat()}
+    assert inners | {f"hierarchical:{inner}" for inner in inners} == names(plans)
     assert not any(p.algorithm == "torus" for p in plans)  # the same as hierarchical here
 
 
@@ -160,16 +166,22 @@ def test_raw_value_schedules_take_any_op():
         cost.candidate_plans(topo, dtype="int64"))
 
 
-@pytest.mark.parametrize("codec, flat", [
-    ("int8", {"ring", "tree", "dbtree", "twophase", "allgather"}),
-    ("randomk:ratio=0.01", {"twophase", "allgather"}),  # rescaling: no per-hop schedule
-    ("threshold:tau=2.5", {"allgather"}),  # variable-size payloads
-])
-def test_codec_placements_follow_accepting_schedules(codec, flat):
+@pytest.mark.parametrize("codec", ["int8", "randomk:ratio=0.01", "threshold:tau=2.5"])
+def test_codec_placements_follow_accepting_schedules(codec):
     plans = cost.candidate_plans(Topology.from_layout(4, 0, ranks_per_node=2), codec=codec)
     spec = cost.codec_spec(codec)
-    assert {p.algorithm for p in plans if p.inter_codec == spec and p.inner is None} == flat
-    assert {p.inner for p in plans if p.inter_codec == spec and p.algorithm == "hierarchical"} == flat
+    carriers = set(accepting(get_codec(codec)))
+    assert {p.algorithm for p in plans if p.inter_codec == spec and p.inner is None} == carriers
+    assert {p.inner for p in plans if p.inter_codec == spec and p.algorithm == "hierarchical"} == carriers
+
+
+def test_what_carries_a_codec_follows_each_schedules_properties():
+    ring, allgather, twophase = SCHEDULES["ring"], SCHEDULES["allgather"], SCHEDULES["twophase"]
+    assert ring.accepts(INT8) and twophase.accepts(INT8)
+    assert not ring.accepts(get_codec("randomk:ratio=0.01"))  # rescaling: no per-hop schedule
+    assert twophase.accepts(get_codec("randomk:ratio=0.01"))
+    assert allgather.accepts(get_codec("threshold:tau=2.5"))  # variable-size payloads
+    assert not twophase.accepts(get_codec("threshold:tau=2.5"))
 
 
 def test_one_rank_has_only_native():
@@ -256,7 +268,7 @@ def test_without_native_no_plan_uses_the_mpi_librarys_op(layout, nbytes):
 
 def test_ring_over_nodes_goes_at_the_slower_link():
     slow_inside = Span(8, 4, Link(1e-6, 1e-8), Link(1e-6, 1e-9))  # e.g. PCIe without P2P
-    assert cost.ring(N, slow_inside, WORK) == pytest.approx(14 * (1e-6 + 5e5 * 1e-8) + 7 * 5e-4)
+    assert formula("ring")(N, slow_inside, WORK) == pytest.approx(14 * (1e-6 + 5e5 * 1e-8) + 7 * 5e-4)
 
 
 # -------------------------------------------------------------------------- simulator
@@ -310,9 +322,9 @@ def test_mean_counts_as_a_sum():
 
 def test_raw_value_twophase_and_allgather_without_a_codec():
     # twophase: 2 all-to-alls of 1e6 B chunks to 3 neighbours, 3 reductions of a chunk
-    assert cost.twophase(N, ONE_NODE, WORK) == pytest.approx(2 * 3 * 1.001e-3 + 3e-3)
+    assert formula("twophase")(N, ONE_NODE, WORK) == pytest.approx(2 * 3 * 1.001e-3 + 3e-3)
     # allgather: the whole 4e6 B to 3 neighbours, 3 reductions of the whole vector
-    assert cost.allgather(N, ONE_NODE, WORK) == pytest.approx(3 * 4.001e-3 + 12e-3)
+    assert formula("allgather")(N, ONE_NODE, WORK) == pytest.approx(3 * 4.001e-3 + 12e-3)
 
 
 def test_simulate_command(capsys):
@@ -372,15 +384,15 @@ def test_calibrated_plan_times_never_fall_with_size():
 
 
 def test_flat_schedules_across_nodes_are_priced_in_their_slices():
-    from zipcoll.collectives.plan import flat_slices
+    from zipcoll.collectives.slicing import flat_slices
     work = cost.Work(DEFAULT_PROFILE, 4, "float32", DEFAULT_PROFILE.step_overhead)
     n = 64 << 20
     for nodes, sliced in (((0, 1, 2, 3), True), ((0, 0, 0, 0), False)):
         topo = Topology(4, 0, nodes)
         shape = cost.Shape.of(topo)
-        whole = cost.ring(n, cost._flat_span(shape, DEFAULT_PROFILE), work)
+        whole = formula("ring")(n, cost.plans.flat_span(shape, DEFAULT_PROFILE), work)
         priced = cost.predict(PlanShape("ring"), n, topo) - DEFAULT_PROFILE.call_overhead \
-            - cost.native(64, shape, DEFAULT_PROFILE)
+            - cost.plans.native(64, shape, DEFAULT_PROFILE)
         assert (flat_slices(n, 4, shape.nodes) > 1) == sliced
         # overlap hides the reductions behind the link, never the link's own time
         wire = cost.bounds(PlanShape("ring"), n, topo, 1 / DEFAULT_PROFILE.inter.beta, {})[0]
@@ -394,6 +406,66 @@ def test_selector_answers_a_repeated_call_alike_and_forgets_old_objects():
     first = selector.choose(1 << 20, topo, codec, "float32", "sum")
     assert selector.choose(1 << 20, topo, codec, "float32", "sum") is first
     assert selector.choose(1 << 20, topo, get_codec("int8"), "float32", "sum") == first
-    for _ in range(2 * cost.RECENT_CALLS):  # a new codec object every call
+    for _ in range(2 * cost.selector.RECENT_CALLS):  # a new codec object every call
         selector.choose(1 << 20, topo, get_codec("qsgd"), "float32", "sum")
-    assert len(selector._recent) <= cost.RECENT_CALLS
+    assert len(selector._recent) <= cost.selector.RECENT_CALLS
+
+
+# ------------------------------------------------- every schedule owns its cost
+
+LAYOUTS = [Topology.from_layout(4, 0), Topology.from_layout(8, 0, ranks_per_node=4),
+           Topology.from_layout(6, 0, ranks_per_node=4), Topology.from_layout(3, 0, ranks_per_node=1)]
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_every_schedule_has_a_cost_and_auto_can_pick_it(name):
+    """A flat schedule registers its formula; a two-level one is priced from its split.
+    Where a profile measured it fastest, auto runs it (the selector's path, as calls go)."""
+    schedule = SCHEDULES[name]
+    if schedule.two_level:
+        assert schedule.split is not None and schedule.cost is None
+        assert all(cost.levels(schedule, t) is not None for t in LAYOUTS
+                   if name in cost.two_level_schedules(t))
+        found = [t for t in LAYOUTS if name in cost.two_level_schedules(t)]
+        assert found, f"{name} is priced on none of the layouts"
+    else:
+        assert callable(schedule.cost), f"{name} registers no cost formula"
+        for span in (ONE_NODE, TWO_BY_TWO, Span(3, 1, INTRA, INTER)):
+            for codec in (None, INT8) if schedule.accepts(INT8) else (None,):
+                seconds = schedule.cost(N, span, WORK, codec)
+                assert math.isfinite(seconds) and seconds > 0, (name, span, codec)
+        found = LAYOUTS
+    for topo in found:
+        plans = cost.candidate_plans(topo, codec="int8" if schedule.codecs else None)
+        mine = [p for p in plans if name in (p.algorithm, p.inner)]
+        assert mine, f"{name} is no candidate on {topo.size} ranks"
+        for plan in mine:
+            assert math.isfinite(cost.predict(plan, 1 << 20, topo, ROUND))
+        shape = Shape.of(topo)
+        measured = {shape.label: {str(plan): ((8, 1e-9), (1 << 30, 1e-3))}
+                    for plan in mine[:1]}
+        fastest = Profile(**{**ROUND.__dict__, "plans": measured})
+        selector = cost.Selector(fastest)
+        assert selector.choose(1 << 20, topo, "int8" if schedule.codecs else None) == mine[0]
+
+
+def test_a_flat_schedule_without_a_cost_is_left_out_of_auto(monkeypatch):
+    """A schedule registered without its formula fails the test above, not users' calls."""
+    from dataclasses import replace
+
+    costless = replace(SCHEDULES["ring"], name="costless", cost=None)
+    monkeypatch.setitem(SCHEDULES._schedules, "costless", costless)
+    topo = Topology.from_layout(4, 0)
+    assert "costless" in SCHEDULES
+    assert not any("costless" in (p.algorithm, p.inner) for p in cost.candidate_plans(topo, codec="int8"))
+    assert cost.choose(1 << 20, topo, "int8", DEFAULT_PROFILE).algorithm != "costless"
+
+
+def test_bruck_needs_no_fold_where_p_is_not_a_power_of_two():
+    small = 64.0
+    three = Span(3, 3, INTRA, INTER)
+    assert formula("bruck")(small, three, WORK) < formula("recdoubling")(small, three, WORK)
+    # 2 steps of 1 us + 64 ns, 4 x 64 B reduced or copied
+    assert formula("bruck")(small, three, WORK) == pytest.approx(2 * (1e-6 + 64e-9) + 4 * 64e-9)
+    four = Span(4, 4, INTRA, INTER)  # 3 whole vectors received where recdoubling takes 2
+    assert formula("bruck")(N, four, WORK) > formula("recdoubling")(N, four, WORK)

@@ -4,7 +4,7 @@ from mpi4py import MPI
 
 from zipcoll.collectives.plan import _codec, make_plan
 from zipcoll.topologies import Topology
-from zipcoll.topologies.cost import DEFAULT_PROFILE, Selector
+from zipcoll.collectives.planning import DEFAULT_PROFILE, Selector
 
 TWO_NODES = Topology(4, 0, (0, 0, 1, 1))
 

@@ -37,7 +37,7 @@ def test_bare_feedback_says_how_to_write_it():
 
 
 def test_explain_names_the_layout_and_profile_and_marks_idle_codecs():
-    from zipcoll.topologies.cost import DEFAULT_PROFILE, Shape
+    from zipcoll.collectives.planning import DEFAULT_PROFILE, Shape
 
     ranking = zipcoll.explain(4 << 20, codec="int8", topology=Shape(4, 1, 4),
                               profile=DEFAULT_PROFILE)

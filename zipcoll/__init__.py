@@ -21,7 +21,7 @@ from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyErro
 from zipcoll.failures import abort_on_error
 from zipcoll.settings import configure
 from zipcoll.topologies import Topology
-from zipcoll.topologies.explain import explain
+from zipcoll.collectives.planning import explain
 
 __version__ = "0.1.0"
 

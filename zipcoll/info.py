@@ -50,8 +50,9 @@ def _gpu_name(gpu) -> str:
 def _kernel_threads(comm) -> str:
     """The CPU kernels' thread count in force on this rank, and where it comes from."""
     from zipcoll.codecs.backend import cores_shared, machine_identity, share_machine_cores
+    from zipcoll.transport import allgather_objects
 
-    identities = comm.allgather(machine_identity())
+    identities = allgather_objects(comm, machine_identity())
     threads = share_machine_cores(identities, comm.Get_rank())
     if "NUMBA_NUM_THREADS" in os.environ:
         return f"{threads} (NUMBA_NUM_THREADS={os.environ['NUMBA_NUM_THREADS']})"

@@ -61,6 +61,7 @@ from zipcoll.codecs import get_codec
 from zipcoll.collectives import allreduce, iallreduce
 from zipcoll.collectives.encoding import FEEDBACK
 from zipcoll.topologies import Topology
+from zipcoll.transport import allgather_objects, bcast_object
 
 _hooks = itertools.count()  # each hook's residuals live under its own number
 
@@ -297,7 +298,7 @@ def rendezvous(comm: MPI.Intracomm, master_addr: str | None = None,
     reach (`reachable_address`); a free port rank 0 picks. If rank 0 finds no address,
     every rank raises RuntimeError. Collective over `comm`.
     """
-    hosts = comm.gather(socket.gethostname(), root=0)
+    hosts = allgather_objects(comm, socket.gethostname())
     answer = None
     if comm.Get_rank() == 0:
         try:
@@ -306,7 +307,7 @@ def rendezvous(comm: MPI.Intracomm, master_addr: str | None = None,
             answer = (addr, port or int(os.environ.get("MASTER_PORT", 0)) or _free_port())
         except (OSError, RuntimeError, ValueError) as e:
             answer = f"rank 0 found no address to listen at for the process group: {e}"
-    answer = comm.bcast(answer, root=0)
+    answer = bcast_object(comm, answer)
     if isinstance(answer, str):
         raise RuntimeError(answer)
     return answer

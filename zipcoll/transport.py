@@ -512,6 +512,16 @@ def _tag_blocks(comm: MPI.Comm) -> int:
     return blocks if limit is None else max(2, min(blocks, limit))
 
 
+def allgather_objects(comm: MPI.Comm, obj: Any) -> list:
+    """Every rank's `obj` (small, picklable), in rank order (collective, blocking)."""
+    return comm.allgather(obj)
+
+
+def bcast_object(comm: MPI.Comm, obj: Any, root: int = 0) -> Any:
+    """`root`'s `obj` (small, picklable) on every rank (collective, blocking)."""
+    return comm.bcast(obj, root=root)
+
+
 def gather_placement(comm: MPI.Comm, extra: Any) -> list[tuple]:
     """Every rank's (lowest rank of its shared-memory domain, *extra), in rank order (collective)."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())

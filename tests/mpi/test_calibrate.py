@@ -7,8 +7,8 @@ from mpi4py import MPI
 from zipcoll.bench import autocheck
 from zipcoll.bench import calibrate as cal
 from zipcoll.topologies import Topology
-from zipcoll.topologies import cost
-from zipcoll.topologies.explain import explain, shared_profile
+from zipcoll.collectives import planning as cost
+from zipcoll.collectives.planning import explain, shared_profile
 
 
 @pytest.fixture

@@ -151,3 +151,24 @@ def test_sliced_calls_keep_a_residual_per_slice(comm, algorithm):
     assert zipcoll.feedback.nbytes() == whole
     if single:
         assert averaged < single / 4, f"mean of {T} calls: {averaged:.3g}, one call {single:.3g}"
+
+
+def test_an_error_feedback_object_holds_its_own_residuals(comm):
+    """codec=ErrorFeedback(...) without a key: the object itself keeps the residuals, so
+    its reset(), keys() and nbytes() see them, and it runs as the spec under a key does."""
+    held = zipcoll.codecs.ErrorFeedback(zipcoll.get_codec("int2"))
+    x = rank_data("float32", 1001, comm.rank)
+    with_object = [zipcoll.allreduce(x, algorithm="ring", codec=held, comm=comm) for _ in range(3)]
+    with_key = [zipcoll.allreduce(x, algorithm="ring", codec="feedback:int2", key="k", comm=comm)
+                for _ in range(3)]
+    assert all(np.array_equal(a, b) for a, b in zip(with_object, with_key))
+    if comm.size == 1:
+        return  # one rank: native, no codec applied
+    assert held.keys() and held.nbytes() == zipcoll.feedback.nbytes() // 2 > 0
+    held.reset()
+    assert held.nbytes() == 0 and not held.keys()
+    zipcoll.feedback.reset()  # the store's reset frees the object's residuals too
+    zipcoll.allreduce(x, algorithm="ring", codec=held, comm=comm)
+    assert held.nbytes() > 0
+    zipcoll.feedback.reset()
+    assert held.nbytes() == 0

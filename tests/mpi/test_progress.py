@@ -230,3 +230,17 @@ def test_agreement_in_flight_keeps_its_buffers(comm):
     agreement.request.Wait()
     assert list(agreement.lows()) == values and list(agreement.highs()) == values
     del litter
+
+
+def test_a_request_shows_the_plan_it_runs(comm):
+    x = np.arange(1000, dtype=np.float32)
+    named = zipcoll.iallreduce(x, comm=comm, algorithm="ring", codec="int8")
+    auto = zipcoll.iallreduce(x, comm=comm)
+    zipcoll.waitall([named, auto])
+    if comm.size > 1:
+        assert named.plan.name == "ring" and named.plan.codec.codec_id == "int8"
+    from zipcoll.collectives.planning import bucket_size, size_bucket
+
+    best = zipcoll.explain(bucket_size(size_bucket(x.nbytes)), comm=comm).best  # as auto prices
+    assert auto.plan.name == (best.name if comm.size > 1 else "native")
+    assert auto.plan.codec is None

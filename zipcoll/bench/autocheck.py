@@ -4,7 +4,7 @@
     ZIPCOLL_PROFILE=profile.json mpiexec -n 4 zipcoll-bench autocheck -m 1M:64M
 
 At each size it times ``auto`` (lossless, and with ``--codec`` allowed) and every plan the
-cost model may choose from (``cost.candidate_plans``: the lossless ones, and those that
+cost model may choose from (``planning.candidate_plans``: the lossless ones, and those that
 carry the codec), in the same job, and prints auto's pick, the pick's time over the best
 plan's (how good the choice is) and auto's own calls' time over it (the choice plus what
 choosing costs a call). How, so that a shared or noisy machine misleads as little as possible:
@@ -34,8 +34,7 @@ from mpi4py import MPI
 import zipcoll
 from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
 from zipcoll.topologies import Topology
-from zipcoll.topologies.cost import PlanShape, candidate_plans
-from zipcoll.topologies.explain import explain, shared_profile
+from zipcoll.collectives.planning import PlanShape, candidate_plans, explain, shared_profile
 
 SCREEN_SECONDS = 0.02   # timed per plan and size in the screening
 ROUND_SECONDS = 0.05    # timed per plan and size in each round

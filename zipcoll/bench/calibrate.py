@@ -37,8 +37,8 @@ from zipcoll.bench import autocheck
 from zipcoll.bench.codec_bench import measure, timed
 from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
 from zipcoll.topologies import Topology
-from zipcoll.topologies.cost import (DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile,
-                                     Rate, Shape, candidate_plans)
+from zipcoll.collectives.planning import (DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile,
+                                      Rate, Shape, candidate_plans)
 from zipcoll.transport import Transport
 
 STEP_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]

@@ -6,7 +6,7 @@
 
 One iteration = compute (forward + backward of one batch) + the all-reduce of every
 float32 gradient, in Horovod-style fused buckets (64 MiB, HOROVOD_FUSION_THRESHOLD's
-default), each priced by ``zipcoll.topologies.cost`` on the cluster below:
+default), each priced by ``zipcoll.collectives.planning`` on the cluster below:
 
     iteration = compute + max(0, communication - overlap x compute)
     efficiency = compute / iteration     (= samples/s / (GPUs x one GPU's samples/s))
@@ -34,8 +34,8 @@ import math
 import sys
 from dataclasses import dataclass
 
-from zipcoll.topologies.cost import (CodecSpeed, Link, PlanShape, Profile, Rate, Shape,
-                                     codec_spec, predict, rank_plans)
+from zipcoll.collectives.planning import (CodecSpeed, Link, PlanShape, Profile, Rate, Shape,
+                                          codec_spec, predict, rank_plans)
 
 FUSION_BYTES = 64 << 20
 INTRA = {"nvlink": Link(3e-6, 1 / 100e9), "pcie": Link(5e-6, 1 / 10e9),

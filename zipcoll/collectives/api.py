@@ -31,7 +31,7 @@ from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
-from zipcoll.topologies.explain import codec_not_applied
+from zipcoll.collectives.planning.explain import codec_not_applied
 
 
 def checks_enabled() -> bool:

@@ -120,7 +120,7 @@ def start(call: Call, blocking: bool) -> Request:
     engine = current()
     call.ctx.claim(engine)
     started = Started(call)
-    request = Request(engine, started.steps(), started.outcome)
+    request = Request(engine, started.steps(), started.outcome, lambda: started.plan)
     if started.error is not None and not blocking:
         raise started.error
     return request

@@ -14,6 +14,8 @@ from mpi4py import MPI
 from zipcoll import settings
 from zipcoll.codecs.backend import machine_identity, share_machine_cores
 from zipcoll.collectives.agreement import check_settings
+from zipcoll.collectives.planning.explain import shared_profile
+from zipcoll.collectives.planning.selector import Selector
 from zipcoll.collectives.progress import Engine, Gate, current, run
 from zipcoll.collectives.schedule import Steps
 from zipcoll.topologies import Topology
@@ -34,7 +36,7 @@ class Context:
     def __init__(self, transport: Transport):
         self.transport = transport
         self._topology: Topology | None = None
-        self._selector: Any = None
+        self._selector: Selector | None = None
         self._preparing = False
         self.started = 0  # calls begun, in start order
         self.agreements_posted = 0  # of them, how many posted their agreement (or passed)
@@ -70,8 +72,6 @@ class Context:
                 self._preparing = False
 
     def _prepare(self) -> None:
-        from zipcoll.topologies.explain import shared_profile
-
         self.transport.duplicated()
         mine = settings.get()
         rows = self.transport.allgather_object((machine_identity(), mine.errors,
@@ -89,7 +89,7 @@ class Context:
             run(current(), self.preparing())
 
     @property
-    def selector(self) -> Any:
+    def selector(self) -> Selector:
         """algorithm="auto"'s cost model, with rank 0's profile (collective on first use)."""
         self._ensure()
         return self._selector

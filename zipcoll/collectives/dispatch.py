@@ -12,7 +12,7 @@ from zipcoll.buffers import HOST, Buffer
 from zipcoll.collectives import staging
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.plan import Plan
-from zipcoll.collectives.plan import _slicing as slicing_of
+from zipcoll.collectives.slicing import slicing_of
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels, two_level

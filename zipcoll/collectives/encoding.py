@@ -12,6 +12,7 @@ process; each rank saves and loads its own.
 from __future__ import annotations
 
 import json
+import weakref
 import zlib
 from collections import OrderedDict
 from typing import Any, Hashable
@@ -38,6 +39,10 @@ class FeedbackStore:
     A key not used in the last `idle_calls` look-ups (ZIPCOLL_FEEDBACK_IDLE_CALLS,
     default 10000: far more tensors than a model has) is dropped, so the store holds
     memory only for keys still in use. `reset(key)` frees one key, `reset()` all.
+
+    An ErrorFeedback object a caller passed as the codec (`adopt`) holds its key's
+    residuals itself, so its own reset(), keys() and nbytes() see what the calls stored;
+    the store keeps it only weakly (its residuals go with it).
     """
 
     def __init__(self, idle_calls: int | None = None) -> None:
@@ -45,6 +50,12 @@ class FeedbackStore:
         self._by_key: OrderedDict[Hashable, tuple[tuple, ErrorFeedback, int]] = OrderedDict()
         self._clock = 0
         self._gone: list = []  # keys whose owner died, dropped at the next look-up
+        self._owners: dict[Hashable, weakref.ref] = {}  # caller's key -> its ErrorFeedback
+
+    def adopt(self, key: Hashable, owner: ErrorFeedback) -> None:
+        """Keep the residuals of `key` in the caller's own `owner` from now on."""
+        self._drop_gone()  # a dead object's key, which a new object's id may reuse, goes first
+        self._owners[key] = weakref.ref(owner)
 
     @property
     def idle_calls(self) -> int:
@@ -59,18 +70,36 @@ class FeedbackStore:
 
     def _drop_gone(self) -> None:
         while self._gone:
-            self.reset(self._gone.pop())
+            key = self._gone.pop()
+            self.reset(key)
+            self._owners.pop(key, None)
 
     def feedback(self, key: Hashable, codec: Codec, context: tuple) -> ErrorFeedback:
         """The ErrorFeedback holding `key`'s residuals, fresh if the context changed."""
         self._drop_gone()
         self._clock += 1
         held = self._by_key.pop(key, None)
-        fresh = held is None or held[0] != (codec, context)
-        feedback = ErrorFeedback(codec) if fresh else held[1]
-        self._by_key[key] = ((codec, context), feedback, self._clock)  # most recent last
+        feedback = None if held is None or held[0] != (codec, context) else _live(held[1])
+        kept = None if feedback is None else held[1]
+        if feedback is None:  # new, or its context changed: start over
+            feedback = self._owned(key)
+            if feedback is None:
+                feedback = kept = ErrorFeedback(codec)
+            else:
+                feedback.reset()
+                kept = weakref.ref(feedback)
+        self._by_key[key] = ((codec, context), kept, self._clock)  # most recent last
         self._drop_idle()
         return feedback
+
+    def _owned(self, stored: Hashable) -> ErrorFeedback | None:
+        """The caller's ErrorFeedback for a stored (key, level), unless another level of the
+        key holds it already."""
+        ref = self._owners.get(_user_key(stored))
+        owner = None if ref is None else ref()
+        if owner is None or any(_live(held[1]) is owner for held in self._by_key.values()):
+            return None
+        return owner
 
     def _drop_idle(self) -> None:
         while self._by_key:
@@ -81,11 +110,12 @@ class FeedbackStore:
 
     def reset(self, key: Hashable = ...) -> None:
         """Free the residuals of `key` (every level of it), or of every key without one."""
-        if key is ...:
-            self._by_key.clear()
-            return
-        for held in [k for k in self._by_key if k == key or _names(k, key)]:
-            del self._by_key[held]
+        stored = list(self._by_key) if key is ... else [
+            k for k in self._by_key if k == key or _names(k, key)]
+        for held in stored:
+            _, kept, _ = self._by_key.pop(held)
+            if isinstance(kept, weakref.ref) and kept() is not None:
+                kept().reset()  # a caller's object: its residuals are these
 
     def keys(self) -> list:
         """The keys that hold residuals (as given to allreduce)."""
@@ -95,7 +125,8 @@ class FeedbackStore:
     def nbytes(self) -> int:
         """Bytes held by all residuals."""
         self._drop_gone()
-        return sum(feedback.nbytes() for _, feedback, _ in self._by_key.values())
+        return sum(_live(kept).nbytes() for _, kept, _ in self._by_key.values()
+                   if _live(kept) is not None)
 
     def state_dict(self, keys: list | None = None) -> dict:
         """This rank's residuals (of `keys`, default all) as plain data, for a checkpoint.
@@ -108,9 +139,11 @@ class FeedbackStore:
         """
         self._drop_gone()
         entries = []
-        for stored, ((codec, context), feedback, _) in self._by_key.items():
+        for stored, ((codec, context), kept, _) in self._by_key.items():
             user_key, level = stored
-            if (keys is not None and user_key not in keys) or not _portable(user_key):
+            feedback = _live(kept)
+            if (keys is not None and user_key not in keys) or not _portable(user_key) or \
+                    feedback is None:
                 continue
             entries.append({"key": user_key, "level": level,
                             "codec": json.dumps(codec.get_config(), sort_keys=True),
@@ -143,6 +176,11 @@ class FeedbackStore:
             self._by_key.pop((key, entry["level"]), None)
             self._by_key[(key, entry["level"])] = ((codec, as_key(entry["context"])), feedback,
                                                    self._clock)
+
+
+def _live(kept: Any) -> ErrorFeedback | None:
+    """A stored ErrorFeedback: the store's own, or a caller's (None once it is gone)."""
+    return kept() if isinstance(kept, weakref.ref) else kept
 
 
 def as_key(value: Any) -> Hashable:

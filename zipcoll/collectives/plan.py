@@ -15,37 +15,21 @@ from typing import Any, Hashable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from zipcoll import buffers, settings
+from zipcoll import buffers
 from zipcoll.buffers import Buffer
-from zipcoll.collectives import encoding, registry, select
+from zipcoll.collectives import encoding, registry
+from zipcoll.collectives.planning.selector import Selector, default_inner, schedules_for
 from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
                                      lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
+from zipcoll.collectives.slicing import Slicing, slicing_of
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
 from zipcoll.topologies import Topology
-from zipcoll.transport import TAGS_PER_CALL
 
 FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), BFLOAT16)
 # bfloat16 calls run on a float32 copy (accumulated in float32, rounded once at the end):
 # the schedules, the codecs and the cost model see that dtype (`Plan.work_dtype`).
 WORK_DTYPES = {BFLOAT16: np.dtype(np.float32)}
-
-# Calls run in slices of about ZIPCOLL_SLICE_BYTES, at most ZIPCOLL_PIPELINE_WINDOW at once
-# (zipcoll.settings; the rule is in `_slicing`). A flat schedule sends 1/p of a slice at a
-# time (ring, two-phase), so its slice grows with p beyond 8 ranks: each message stays at
-# least a slice / 8.
-# Bytes of slices in flight at once: more overflows a slow link's queue, and the
-# retransmissions cost more than the overlap gains.
-IN_FLIGHT_BYTES = 16 << 20
-
-
-@dataclass(frozen=True)
-class Slicing:
-    """How a call is cut into slices run side by side: `slices` of them, `window` in flight."""
-
-    slices: int = 1
-    window: int = 1
-
 
 @dataclass
 class Plan:
@@ -89,10 +73,10 @@ class Plan:
 
 
 def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, key: Hashable,
-              topology: Topology, selector: Any = None) -> Plan:
+              topology: Topology, selector: Selector | None = None) -> Plan:
     """All local checks of one call; raises TypeError/ValueError, touching nothing.
 
-    `selector` (a `topologies.cost.Selector`) decides "auto"."""
+    `selector` (the communicator's `planning.Selector`) decides "auto"."""
     schedule, inner = registry.parse(algorithm)
     mean = isinstance(op, str) and op.lower() == "mean"
     reduce_op = BY_NAME["sum"] if mean else lookup(op)
@@ -126,8 +110,8 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     elif schedule is None:
         _choose(plan, source.count * plan.work_dtype.itemsize, selector)
     elif schedule.two_level and inner is None:
-        plan.inner = SCHEDULES[select.default_inner(flat_codec)]
-    plan.slicing = _slicing(plan)
+        plan.inner = SCHEDULES[default_inner(flat_codec)]
+    plan.slicing = slicing_of(plan)
     return plan
 
 
@@ -227,6 +211,7 @@ def _object_key(codec: ErrorFeedback) -> Hashable:
     if id(codec) not in _WATCHED:
         _WATCHED.add(id(codec))
         weakref.finalize(codec, _forget, key)
+        encoding.FEEDBACK.adopt(key, codec)  # its own residuals: its reset/keys/nbytes see them
     return key
 
 
@@ -292,7 +277,7 @@ def _check_disjoint(send: Buffer, recv: Buffer) -> None:
 SUM = BY_NAME["sum"]
 
 
-def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
+def _choose(plan: Plan, nbytes: int, selector: Selector) -> None:
     """algorithm="auto": the schedule for this size and layout; codecs only where they pay.
 
     The MPI library's own op (flat `native`, or a two-level plan's native inter level)
@@ -302,78 +287,9 @@ def _choose(plan: Plan, nbytes: int, selector: Any) -> None:
     """
     op = "sum" if plan.op is SUM else plan.op.name
     native = native_agrees(plan.op, plan.work_dtype)  # bfloat16 reduces as float32
-    plan.schedule, plan.inner, compress = select.choose(nbytes, plan.topology, plan.codec,
+    plan.schedule, plan.inner, compress = schedules_for(nbytes, plan.topology, plan.codec,
                                                         plan.work_dtype, op, selector, native)
     if not compress:
         if plan.topology.size > 1 and (plan.codec is not None or plan.intra_codec is not None):
             plan.dropped = (plan.codec or plan.intra_codec, nbytes, op, native)
         plan.codec = plan.intra_codec = None
-
-
-def slice_count(nbytes: int, slice_bytes: int | None = None) -> int:
-    """Slices of about `slice_bytes` (default ZIPCOLL_SLICE_BYTES), as many as the tags of a
-    call's block allow."""
-    size = settings.get().slice_bytes if slice_bytes is None else slice_bytes
-    most = TAGS_PER_CALL // max(s.tags for s in SCHEDULES.values())
-    return max(1, min(-(-nbytes // size), most))
-
-
-def flat_slice_bytes(ranks: int, ratio: float = 1.0) -> int:
-    """A flat schedule's slice: ZIPCOLL_SLICE_BYTES, or more where each message of a slice
-    would carry under a slice / 8 on the wire (ring and two-phase send 1/p of a slice a
-    message, and a codec `ratio` times fewer bytes). Overlap hides at most a slice's wire
-    time, and every slice costs its steps and its codec calls (top-k's select, thread starts)."""
-    size = settings.get().slice_bytes
-    return max(size, int(ranks * ratio * size) // 8)
-
-
-def flat_slices(nbytes: int, ranks: int, nodes: int, ratio: float = 1.0) -> int:
-    """How many slices a flat (not native) call runs in: across nodes, slices of
-    `flat_slice_bytes`, from two of them up; one on one node (see `_slicing`)."""
-    size = flat_slice_bytes(ranks, ratio)
-    if nodes < 2 or nbytes < 2 * size:
-        return 1
-    return slice_count(nbytes, size)
-
-
-def _ratio(plan: Plan, nbytes: int) -> float:
-    """How many times fewer bytes the flat codec puts on the wire (1 without one)."""
-    if plan.codec is None or nbytes == 0:
-        return 1.0
-    return nbytes / max(1, plan.codec.wire_bytes(plan.count, plan.work_dtype.name))
-
-
-def _slicing(plan: Plan) -> Slicing:
-    """How a call is cut into slices, and how many run at once.
-
-    While one slice waits on a link, the next encodes, reduces or uses the other link.
-
-    - MPI's own collective (flat "native"): one call. MPI's collectives match by the order
-      they start in, which slices in flight would not keep alike on every rank.
-    - two-level: slices of about ZIPCOLL_SLICE_BYTES; one at a time over a native inner level.
-    - flat, across nodes: slices of about `flat_slice_bytes(p, codec ratio)`, from two of
-      them up (a smaller call has too little wire time to hide a second slice's steps behind).
-    - flat, on one node: one slice. Its "link" is copies the same cores make, in the same
-      MPI calls that would have to overlap them: nothing is idle to fill.
-
-    In flight: at most ZIPCOLL_PIPELINE_WINDOW slices, and IN_FLIGHT_BYTES of their wire bytes.
-    """
-    schedule, chosen = plan.schedule, settings.get()
-    nbytes = plan.count * plan.work_dtype.itemsize
-    if schedule.native:
-        return Slicing()
-    if schedule.two_level:
-        slices = slice_count(nbytes)
-        if plan.inner.native:
-            return Slicing(slices, 1)
-        wire = nbytes // slices
-    else:
-        if plan.topology.num_nodes < 2 or nbytes < 2 * chosen.slice_bytes:
-            return Slicing()  # the common small call: no codec sizes asked
-        ratio = _ratio(plan, nbytes)
-        slices = flat_slices(nbytes, plan.topology.size, plan.topology.num_nodes, ratio)
-        if slices == 1:
-            return Slicing()
-        wire = int(nbytes / ratio / slices)
-    in_flight = IN_FLIGHT_BYTES // max(1, wire)
-    return Slicing(slices, max(1, min(chosen.pipeline_window, in_flight)))

@@ -47,14 +47,23 @@ class Request:
     keeps working. To wait a list mixing zipcoll and MPI requests, use `zipcoll.waitall`.
     """
 
-    def __init__(self, engine: "Engine", steps: Steps, outcome: Callable[[], Any]):
+    def __init__(self, engine: "Engine", steps: Steps, outcome: Callable[[], Any],
+                 plan: Callable[[], Any] = lambda: None):
         self._engine = engine
         self._steps = steps
         self._outcome = outcome
+        self._plan = plan
         self._pending: Any = []
         self._done = False
         self._error: BaseException | None = None
         engine.start(self)  # posts the first step now: data moves while the caller computes
+
+    @property
+    def plan(self) -> Any:
+        """What this call runs (`collectives.plan.Plan`: schedule, inner schedule, codecs,
+        slicing; "auto" resolved), once its arguments are checked; None before that (while
+        a communicator's first call prepares) and for a call that rejected them."""
+        return self._plan()
 
     @property
     def done(self) -> bool:

@@ -1,18 +1,25 @@
-"""The schedule registry: every all-reduce schedule zipcoll has, by name, with its properties.
+"""The schedule registry: every all-reduce schedule zipcoll has, by name, with its
+properties and its cost.
 
 Each module of `zipcoll/collectives/schedules/` registers its schedule when imported,
 and `SCHEDULES` imports them all on first use, so adding a schedule is adding one module:
 
     # zipcoll/collectives/schedules/myschedule.py
+    from zipcoll.collectives.planning.model import Span, Work
     from zipcoll.collectives.registry import Schedule, register
 
     def myschedule(t, buf, enc, tag, xp, send=None):
         ...                                 # written over zipcoll.collectives.steps
 
-    register(Schedule("myschedule", myschedule, "when it wins", per_hop=True))
+    def myschedule_cost(n, span: Span, work: Work, codec=None) -> float:
+        ...                                 # seconds for n bytes over span's ranks
 
-Everything that lists or checks algorithms (the plan, `algorithm="auto"`, the
-benchmarks, the tests) reads the registry; `zipcoll.ALGORITHMS` is derived from it.
+    register(Schedule("myschedule", myschedule, "when it wins", per_hop=True,
+                      cost=myschedule_cost))
+
+Everything that lists, checks or prices algorithms (the plan, `algorithm="auto"` and
+`zipcoll.explain` through `collectives.planning`, the benchmarks, the tests) reads the
+registry; `zipcoll.ALGORITHMS` is derived from it.
 """
 from __future__ import annotations
 
@@ -40,6 +47,10 @@ class Schedule:
     the slow level (`split` gives the levels), allgather in the fast level again.
     `native`: the MPI library's own collective (the only one that takes user-defined ops).
     `tags`: tags one run uses side by side (of the call's block).
+    `cost`: a flat schedule's formula, ``(n bytes, span, work, codec or None) -> seconds``
+    (`planning.model`: the ranks it runs over, the machine's speeds); `auto` prices the
+    schedule with it, and leaves out a flat schedule without one. A two-level schedule
+    is priced from its `split`: the ring's cost in level 1, its inner schedule's across.
     """
 
     name: str
@@ -52,6 +63,7 @@ class Schedule:
     native: bool = False
     tags: int = 1
     split: Callable[..., Any] | None = None  # two-level: (topology) -> level layout
+    cost: Callable[..., float] | None = None  # flat: (n, span, work, codec) -> seconds
 
     def accepts(self, codec: Any) -> bool:
         """Whether this schedule can carry `codec` (two-level: at its inter level, see plan)."""

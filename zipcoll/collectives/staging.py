@@ -132,7 +132,7 @@ class Stage:
         return through_pinned(t, view, view, run)
 
 
-class Staged:
+class Staged(Encoding):
     """An encoding whose chunks live in device memory and whose wire bytes live in pinned
     host memory: what a schedule sends is packed on the device (encoded, or the raw chunk)
     and then copied to the host; what it receives is copied to the device and reduced or

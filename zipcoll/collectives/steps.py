@@ -22,7 +22,7 @@ others will decode it, so every rank ends with the same bits), `landing` and `un
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -33,7 +33,48 @@ from zipcoll.topologies.trees import pof2_fold
 from zipcoll.transport import Transport
 
 
-class Lossless:
+class Encoding(Protocol):
+    """What every step asks of a chunk's encoding: how it goes out (`pack`), where it comes
+    in (`inbox`, `landing`), how it is combined (`reduce`, `settle`, `unpack`). `Lossless`,
+    `Compressed` and `staging.Staged` implement it (the table in docs/architecture.md)."""
+
+    lossy: bool
+    fixed_size: bool  # every payload of n elements is wire_bytes(n) long
+
+    def wire_bytes(self, n: int) -> int:
+        """Bytes on the wire for a chunk of n elements (the most, for variable-size codecs)."""
+        ...
+
+    def pack(self, chunk: Any, site: str, slot: Any) -> Any:
+        """What to send of `chunk` (encoded at `site` into `slot`, or the chunk itself)."""
+        ...
+
+    def inbox(self, slot: Any, n: int) -> Any:
+        """Where a packed chunk of n elements is received, in `slot`."""
+        ...
+
+    def reduce(self, wire: Any, acc: Any, first: Any = None, received_first: bool = False) -> None:
+        """acc <- (first, default acc) combined with what was received."""
+        ...
+
+    def settle(self, chunk: Any, site: str, slot: Any) -> Any:
+        """The final value of an owned chunk, as it is sent on."""
+        ...
+
+    def landing(self, chunk: Any, slot: Any) -> Any:
+        """Where final bytes of `chunk` arrive."""
+        ...
+
+    def unpack(self, wire: Any, chunk: Any) -> None:
+        """Final bytes -> values of `chunk`."""
+        ...
+
+    def forward_bytes(self, n: int) -> int:
+        """Scratch bytes needed to forward final bytes of n elements."""
+        ...
+
+
+class Lossless(Encoding):
     """Chunks travel as raw values; receivers apply `op`."""
 
     lossy = False
@@ -82,7 +123,7 @@ class Lossless:
         return 0
 
 
-class Compressed:
+class Compressed(Encoding):
     """Chunks travel as codec payloads; partial sums are re-encoded where passed on."""
 
     lossy = True
@@ -132,9 +173,6 @@ class Compressed:
         return self.wire_bytes(n)
 
 
-Encoding = Lossless | Compressed
-
-
 class Slots:
     """`count` scratch byte slots of `nbytes` each (8-aligned, so they can be viewed typed)."""
 
@@ -149,6 +187,16 @@ class Slots:
 
     def give_back(self) -> None:
         self._t.give_back(self._space, self._xp)
+
+
+def reduce_in_rank_order(enc: Encoding, packed: list, buf: Any) -> None:
+    """buf <- every rank's packed vector (`packed[j]`: rank j's), combined in rank order:
+    rank 0's unpacked, the others reduced into it; the same bits on every rank."""
+    for j, wire in enumerate(packed):
+        if j == 0:
+            enc.unpack(wire, buf)
+        else:
+            enc.reduce(wire, buf)
 
 
 def send_recv_reduce(t: Transport, enc: Encoding, outgoing: Any, dest: int, acc: Any,

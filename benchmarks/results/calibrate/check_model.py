@@ -15,7 +15,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from zipcoll.topologies.cost import PlanShape, Shape, load_profile, predict
+from zipcoll.collectives.planning import PlanShape, Shape, load_profile, predict
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parent

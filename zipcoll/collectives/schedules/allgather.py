@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from zipcoll.codecs import Codec
+from zipcoll.collectives.planning.model import Span, Work, all_to_all
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, split_space
-from zipcoll.collectives.steps import Encoding, Slots
+from zipcoll.collectives.steps import Encoding, Slots, reduce_in_rank_order
 from zipcoll.transport import Transport
 
 
@@ -50,15 +52,28 @@ def _gather_and_reduce(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any,
     try:
         inbox = [enc.inbox(box, buf.size) for box in split_space(space[0], counts)]
         yield t.exchange_with_all(payload, inbox, tag)
-        for j in range(t.size):  # rank order: the same result on every rank
-            received = payload if j == t.rank else inbox[j]
-            if j == 0:
-                enc.unpack(received, buf)
-            else:
-                enc.reduce(received, buf)
+        reduce_in_rank_order(enc, [payload if j == t.rank else inbox[j] for j in range(t.size)], buf)
     finally:
         space.give_back()
 
 
+def allgather_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Allgather of every rank's vector (encoded once), then each rank sums all p of them.
+
+        all-to-all of w(n) per pair
+        compressed: + enc(n) + p dec_add(n)
+                    (+ one all-to-all of 8 bytes first, for variable-size codecs)
+        raw values: + (p-1) n gamma
+    """
+    p = span.size
+    if p == 1:
+        return 0.0
+    moves = all_to_all(span, work.wire(codec, n)) + work.step
+    if codec is None:
+        return moves + (p - 1) * work.reduce(n)
+    sizes = 0.0 if codec.fixed_size else all_to_all(span, 8) + work.step
+    return sizes + moves + work.encode(codec, n) + p * work.decode_add(codec, n)
+
+
 register(Schedule("allgather", allgather, "every rank's vector to every rank, reduced in "
-                  "rank order; any codec, threshold included", fixed_size_payloads=False))
+                  "rank order; any codec, threshold included", fixed_size_payloads=False, cost=allgather_cost))

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from zipcoll.codecs import Codec
+from zipcoll.collectives.planning.model import Span, Work, fold, pof2
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, chunk_bounds
 from zipcoll.collectives.steps import Encoding, on_power_of_two, send_recv_copy, send_recv_reduce
@@ -70,5 +72,22 @@ def _doubling(t: Transport, me: int, buf: Any, blocks: list, owned: tuple, enc: 
         lo, hi = min(lo, give[0]), max(hi, give[1])
 
 
+def rabenseifner_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Rabenseifner: recursive-halving reduce-scatter + recursive-doubling allgather (lossless
+    only: `codec` is always None).
+
+        halving step i (partner 2^i away) sends n / 2^(i+1) and reduces as much;
+        doubling mirrors it without the reduction:
+        sum over i < log2 q of [2 (alpha_i + n/2^(i+1) beta_i) + n/2^(i+1) gamma]
+        + fold/unfold (2 messages of n, one reduction of n) when p is not a power of two
+    """
+    q = pof2(span.size)
+    total = fold(n, span, work, None)
+    for i in range(q.bit_length() - 1):
+        m = n / (2 << i)
+        total += 2 * work.hop(span.pair_link(1 << i), m) + work.reduce(m)
+    return total
+
+
 register(Schedule("rabenseifner", rabenseifner, "recursive halving + doubling "
-                  "(any p, MPICH's fold); medium sizes", codecs=False))
+                  "(any p, MPICH's fold); medium sizes", codecs=False, cost=rabenseifner_cost))

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from zipcoll.codecs import Codec
+from zipcoll.collectives.planning.model import Span, Work, fold, pof2
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps
 from zipcoll.collectives.steps import Encoding, on_power_of_two, send_recv_reduce
@@ -40,5 +42,23 @@ def recdoubling(t: Transport, buf: Any, enc: Encoding, tag: int, xp: Any = np,
     yield from on_power_of_two(t, buf, enc, tag, xp, send, "recdoubling", doubling)
 
 
+def recdoubling_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Recursive doubling: log2(q) exchanges of the whole vector (q = largest power of 2 <= p).
+
+        sum over i < log2 q of (alpha_i + n beta_i + n gamma)    partner at distance 2^i
+        + fold/unfold when p is not a power of two
+    """
+    q = pof2(span.size)
+    total = fold(n, span, work, codec)
+    for i in range(q.bit_length() - 1):
+        link = span.pair_link(1 << i)
+        if codec is None:
+            total += work.hop(link, n) + work.reduce(n)
+        else:
+            total += (work.hop(link, work.wire(codec, n)) + work.encode(codec, n)
+                      + work.decode_add(codec, n))
+    return total
+
+
 register(Schedule("recdoubling", recdoubling, "recursive doubling, whole vector each step; "
-                  "small messages", codecs=False))
+                  "small messages", codecs=False, cost=recdoubling_cost))

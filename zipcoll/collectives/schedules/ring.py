@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from zipcoll.codecs import Codec
+from zipcoll.collectives.planning.model import Span, Work
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in
 from zipcoll.collectives.steps import Encoding, Slots, send_recv_copy, send_recv_reduce
@@ -85,5 +87,24 @@ def allgather(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int,
         slots.give_back()
 
 
+def ring_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Ring: reduce-scatter p-1 steps + allgather p-1 steps, each of n/p bytes.
+
+        lossless:    2(p-1) (alpha + n/p beta) + (p-1) n/p gamma
+        compressed:  2(p-1) (alpha + w(n/p) beta)
+                     + (p-1) [enc + dec_add](n/p)             reduce-scatter, per hop
+                     + [enc + dec](n/p) + (p-1) dec(n/p)      owner's encode, allgather
+    """
+    p = span.size
+    if p == 1:
+        return 0.0
+    m = n / p
+    moves = 2 * (p - 1) * work.hop(span.ring_link, work.wire(codec, m))
+    if codec is None:
+        return moves + (p - 1) * work.reduce(m)
+    return (moves + (p - 1) * (work.encode(codec, m) + work.decode_add(codec, m))
+            + work.encode(codec, m) + p * work.decode(codec, m))
+
+
 register(Schedule("ring", ring, "reduce-scatter + allgather rings; large messages, "
-                  "bandwidth-optimal", per_hop=True))
+                  "bandwidth-optimal", per_hop=True, cost=ring_cost))

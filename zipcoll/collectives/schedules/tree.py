@@ -7,10 +7,13 @@ up decodes, adds and re-encodes; the root's encoded bytes go down as they are.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from zipcoll.codecs import Codec
+from zipcoll.collectives.planning.model import Span, Work, segments
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in
 from zipcoll.collectives.steps import Encoding, Slots
@@ -90,5 +93,38 @@ def tree_broadcast(t: Transport, buf: Any, links: Links, segments: list, enc: En
         held = final
 
 
+def _root_step(children_intra: int, children_inter: int, span: Span, nbytes: float) -> float:
+    """The root's step: a segment from each child, the two link classes side by side."""
+    times = [link.alpha + k * nbytes * link.beta
+             for k, link in ((children_intra, span.intra), (children_inter, span.inter)) if k]
+    return max(times, default=0.0)
+
+
+def tree_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Binomial tree, reduce then broadcast, each pipelined in S segments of s bytes.
+
+    Depth d = ceil(log2 p); the root has d children (those under per_node away on its node)
+    and bounds the pace: per step it takes (reduce) or gives (broadcast) d segments.
+
+        per phase: (d-1) (alpha + s beta)            fill: a segment descends the levels
+                   + S (alpha + d s beta + step)     the root's steps
+        reduce:    + S d s gamma   (compressed: S [d dec_add(s) + enc(s)], down: S [enc + dec](s))
+    """
+    p = span.size
+    if p == 1:
+        return 0.0
+    d = math.ceil(math.log2(p))
+    near = sum(1 for i in range(d) if (1 << i) < span.per_node)
+    count, s = segments(n, SEGMENT_BYTES)
+    w = work.wire(codec, s)
+    fill = (d - 1) * work.hop(span.ring_link, w)
+    root = count * (_root_step(near, d - near, span, w) + work.step)
+    if codec is None:
+        return 2 * (fill + root) + count * d * work.reduce(s)
+    up = count * (d * work.decode_add(codec, s) + work.encode(codec, s))
+    down = count * (work.encode(codec, s) + work.decode(codec, s))
+    return 2 * (fill + root) + up + down
+
+
 register(Schedule("tree", tree, "binomial reduce + broadcast, pipelined; latency-bound",
-                  per_hop=True))
+                  per_hop=True, cost=tree_cost))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from zipcoll.codecs import Codec
+from zipcoll.collectives.planning.model import Span, Work, all_to_all
 from zipcoll.collectives.registry import Schedule, register
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in
 from zipcoll.collectives.steps import Encoding, Slots
@@ -61,5 +63,23 @@ def _allgather(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int,
             enc.unpack(landing, buf[slice(*chunks[j])])
 
 
+def twophase_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -> float:
+    """Two-phase (1-bit Adam): all-to-all of chunks, owners sum, allgather of the sums.
+
+        2 x all-to-all of w(n/p) per pair
+        compressed: + p enc(n/p) + (p-1) dec_add(n/p) + p dec(n/p)
+        raw values: + (p-1) (n/p) gamma
+    """
+    p = span.size
+    if p == 1:
+        return 0.0
+    m = n / p
+    moves = 2 * (all_to_all(span, work.wire(codec, m)) + work.step)
+    if codec is None:
+        return moves + (p - 1) * work.reduce(m)
+    return (moves + p * work.encode(codec, m) + (p - 1) * work.decode_add(codec, m)
+            + p * work.decode(codec, m))
+
+
 register(Schedule("twophase", twophase, "all-to-all scatter-reduce + allgather; compressed "
-                  "twice whatever p is (1-bit Adam)"))
+                  "twice whatever p is (1-bit Adam)", cost=twophase_cost))

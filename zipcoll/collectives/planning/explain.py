@@ -5,9 +5,10 @@
     >>> ranking.best                # PlanShape('hierarchical', 'ring', None, 'int8')
 
 Every rank must get the same answer (all ranks must run the same schedule), so the
-profile is rank 0's: ``shared_profile(comm)`` loads it on rank 0 (the ``profile`` path,
-else $ZIPCOLL_PROFILE, else the defaults) and broadcasts it, once per communicator
-(cached on it as an MPI attribute, freed with it). The ranking is then a pure function
+profile is rank 0's: ``shared_profile(comm)`` loads it on every rank (the ``profile``
+path, else $ZIPCOLL_PROFILE, else the defaults), raises alike everywhere if any rank
+failed, and gives every rank rank 0's, once per communicator (cached on it as an MPI
+attribute, freed with it). The ranking is then a pure function
 of (bytes, topology shape, codec, dtype, op, profile), the same on every rank.
 """
 from __future__ import annotations
@@ -16,9 +17,13 @@ from typing import Any
 
 from mpi4py import MPI
 
-from zipcoll.topologies.cost import (Link, PlanShape, Profile, Selector, Shape, bucket_size,
-                                     codec_idle, load_profile, rank_plans, size_bucket)
-from zipcoll.topologies.topology import Topology
+from zipcoll.collectives.planning.model import Shape
+from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
+from zipcoll.collectives.planning.profile import (Link, Profile, ProfileError, load_profile,
+                                                  profile_source)
+from zipcoll.collectives.planning.selector import Selector, bucket_size, size_bucket
+from zipcoll.topologies import Topology
+from zipcoll.transport import allgather_objects, bcast_object
 
 _keyval = None
 
@@ -95,22 +100,40 @@ def codec_not_applied(plan: Any, profile: Profile) -> str:
 
 
 def shared_profile(comm: MPI.Comm, path: str | None = None) -> Selector:
-    """A Selector holding rank 0's profile (collective).
+    """A Selector holding rank 0's profile, or the same ProfileError on every rank (collective).
 
     Without ``path``: $ZIPCOLL_PROFILE or the defaults, read once per communicator and
     cached on it (what ``auto`` uses). With ``path``: that file, read now, not cached.
-    Either way only rank 0 reads; the others get its contents.
+    Every rank reads its own file; if any rank cannot read or parse it, every rank
+    raises the same ProfileError naming that rank, before any data moves (nobody waits
+    for a rank that failed). Otherwise every rank gets rank 0's contents.
     """
     global _keyval
     if _keyval is None:
         _keyval = MPI.Comm.Create_keyval()
     selector = comm.Get_attr(_keyval) if path is None else None
     if selector is None:
-        data = load_profile(path).to_dict() if comm.Get_rank() == 0 else None
-        selector = Selector(Profile.from_dict(comm.bcast(data, root=0)))
+        selector = Selector(_load_everywhere(comm, path))
         if path is None:
             comm.Set_attr(_keyval, selector)
     return selector
+
+
+def _load_everywhere(comm: MPI.Comm, path: str | None) -> Profile:
+    """Every rank loads; all learn who failed (one allgather); rank 0's profile is shared."""
+    profile, failure = None, None
+    try:
+        profile = load_profile(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # not a profile
+        failure = f"{profile_source(path)}: {type(e).__name__}: {e}"
+    failures = [(rank, text) for rank, text in enumerate(allgather_objects(comm, failure))
+                if text is not None]
+    if failures:
+        rank, text = failures[0]
+        others = f" (and {len(failures) - 1} other ranks)" if len(failures) > 1 else ""
+        raise ProfileError(f"the cost model's profile could not be loaded on rank {rank} of "
+                           f"{comm.Get_size()}{others}: {text}")
+    return Profile.from_dict(bcast_object(comm, profile.to_dict() if comm.Get_rank() == 0 else None))
 
 
 def explain(nbytes: int, comm: MPI.Comm | None = None, codec: Any = None,

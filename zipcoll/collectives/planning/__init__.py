@@ -1,0 +1,27 @@
+"""The planner: which plans a call may run, what each costs, and which `auto` runs.
+
+It prices the registry's schedules by their own formulas (`Schedule.cost`), reads the
+layout from `zipcoll.topologies` and the machine from a `Profile`:
+
+    profile.py    Link, Rate, CodecSpeed, Profile: a machine's speeds; load/save as JSON
+    model.py      Shape, Span, Work: what a schedule's cost formula is given
+    plans.py      PlanShape, candidate_plans, predict, rank_plans, bounds
+    selector.py   Selector: algorithm="auto", cached per size bucket
+    explain.py    zipcoll.explain, and the profile shared by every rank of a communicator
+"""
+from zipcoll.collectives.planning.explain import Ranking, explain, shared_profile
+from zipcoll.collectives.planning.model import Shape, Span, Work
+from zipcoll.collectives.planning.plans import (PlanShape, bounds, candidate_plans, codec_idle, levels,
+                                                codec_spec, predict, rank_plans,
+                                                two_level_schedules)
+from zipcoll.collectives.planning.profile import (DEFAULT_CODECS, DEFAULT_PROFILE, PROFILE_ENV, ProfileError,
+                                                  CodecSpeed, Link, Profile, Rate, load_profile)
+from zipcoll.collectives.planning.selector import Selector, bucket_size, choose, size_bucket
+
+__all__ = [
+    "Ranking", "explain", "shared_profile", "Shape", "Span", "Work", "PlanShape", "bounds",
+    "candidate_plans", "codec_idle", "codec_spec", "levels", "predict", "rank_plans",
+    "two_level_schedules", "DEFAULT_CODECS", "DEFAULT_PROFILE", "PROFILE_ENV", "CodecSpeed",
+    "Link", "Profile", "ProfileError", "Rate", "load_profile", "Selector", "bucket_size", "choose",
+    "size_bucket",
+]
