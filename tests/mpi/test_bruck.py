@@ -41,7 +41,7 @@ def test_bruck_with_a_codec_is_alike_everywhere_and_close(comm):
     assert np.abs(got - exact).max() <= sum(scales) * 1.01 + 1e-5
 
 
-def test_auto_runs_bruck_where_the_profile_prices_it_cheapest(comm, tmp_path, monkeypatch):
+def test_auto_runs_bruck_where_the_profile_prices_it_cheapest(comm, tmp_path, zipcoll_env):
     topology = zipcoll.Topology.from_comm(comm)
     label = Shape.of(topology).label
     fastest = {label: {"bruck": ((8, 1e-9), (1 << 30, 1e-6))}}
@@ -53,7 +53,7 @@ def test_auto_runs_bruck_where_the_profile_prices_it_cheapest(comm, tmp_path, mo
     assert ranking.best == PlanShape("bruck") and "bruck" in str(ranking)
     path = tmp_path / "profile.json"
     profile.save(str(path))
-    monkeypatch.setenv(PROFILE_ENV, str(path))
+    zipcoll_env(**{PROFILE_ENV: str(path)})
     fresh = comm.Dup()  # its first call loads that profile
     try:
         selector = shared_profile(fresh)
