@@ -7,6 +7,7 @@ import pytest
 
 from zipcoll.codecs import (FLAG_LOST_NONFINITE, HEADER_BYTES, Codec, ErrorFeedback, Int8,
                             UnknownCodecError, get_codec, list_codecs, read_header)
+from zipcoll.codecs.base import parse_spec
 from zipcoll.codecs.backend import host
 from zipcoll.codecs.kernels.rules import FLOAT32_MAX
 
@@ -43,6 +44,23 @@ def test_config_round_trip(spec):
     assert again == codec and hash(again) == hash(codec)
     assert repr(again) == repr(codec) and type(codec).__name__ in repr(codec)
     assert get_codec(codec) is codec
+
+
+@pytest.mark.parametrize("spec", SPECS + ["feedback:decay=0.25:sign", "feedback:feedback:int8"])
+def test_spec_round_trip(spec):
+    """The spec names what the codec is made from and what differs from the defaults,
+    nothing else, and reads back as the same codec."""
+    codec = get_codec(spec)
+    assert get_codec(codec.spec()) == codec
+    assert parse_spec(codec.spec()) == parse_spec(spec)  # SPECS name no default
+
+
+def test_spec_leaves_out_defaults():
+    assert get_codec({"id": "int8", "block": 256, "stochastic": False}).spec() == "int8"
+    assert get_codec({"id": "topk", "ratio": 0.01, "values": "float32"}).spec() == "topk:ratio=0.01"
+    assert get_codec("int8:seed=3,stochastic=true").spec() == "int8:seed=3,stochastic=true"
+    assert ErrorFeedback("sign", decay=0.5).spec() == "feedback:sign"  # sign's own decay
+    assert ErrorFeedback("int8", decay=0.5).spec() == "feedback:decay=0.5:int8"
 
 
 def test_spec_strings_and_errors():

@@ -133,14 +133,19 @@ def parse_spec(spec: str) -> dict:
     """Config dict of a command-line spec: ``"topk:ratio=0.01,values=float16"``.
 
     Values are read as JSON where they parse (numbers, true/false/null), else as strings;
-    ``"feedback:int8:block=128"`` wraps the spec after ``feedback:``.
+    ``"feedback:int8:block=128"`` wraps the spec after ``feedback:``, and
+    ``"feedback:decay=0.5:sign"`` sets the feedback's decay.
     """
     codec_id, _, rest = spec.strip().partition(":")
     if codec_id == "feedback":
+        decay = None
+        if rest.startswith("decay="):
+            setting, _, rest = rest.partition(":")
+            decay = parse_spec(f"feedback_decay:{setting}")["decay"]
         if not rest.strip():
             raise ValueError(f"codec spec {spec!r}: feedback wraps another codec; write "
                              "'feedback:X' (error feedback around codec X), e.g. 'feedback:sign'")
-        return {"id": "feedback", "codec": rest}
+        return {"id": "feedback", "codec": rest} | ({} if decay is None else {"decay": decay})
     config: dict[str, Any] = {"id": codec_id}
     for item in filter(None, rest.replace(":", ",").split(",")):
         key, eq, value = item.partition("=")
@@ -151,6 +156,11 @@ def parse_spec(spec: str) -> dict:
         except json.JSONDecodeError:
             config[key.strip()] = value.strip()
     return config
+
+
+def _spec_value(value: Any) -> str:
+    """A setting as ``parse_spec`` reads it back: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def get_codec(spec) -> "Codec":
@@ -175,7 +185,9 @@ class Codec(abc.ABC):
     ``fixed_size`` (``wire_bytes(n)`` is the exact payload size for every input of n
     elements), ``sparse`` (sends a subset of the elements; the rest decode to 0).
     ``feedback_decay``: what ``ErrorFeedback`` keeps of a residual from one step to the
-    next by default (1: all of it).
+    next by default (1: all of it). ``named_settings``: the settings a codec is made from
+    when nothing else is given (``threshold``'s tau, ``topk``'s ratio or k); its spec
+    names them whenever they are set.
     """
 
     codec_id: ClassVar[str]
@@ -185,6 +197,7 @@ class Codec(abc.ABC):
     fixed_size: ClassVar[bool] = True
     sparse: ClassVar[bool] = False
     feedback_decay: ClassVar[float] = 1.0
+    named_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -205,6 +218,20 @@ class Codec(abc.ABC):
         if codec_id != cls.codec_id:
             raise ValueError(f"config of codec {codec_id!r} given to {cls.codec_id!r}")
         return cls(**config)
+
+    def spec(self) -> str:
+        """The short spec string: the id, the ``named_settings`` that are set, then each other
+        setting that differs from a codec made from those alone; ``get_codec(c.spec()) == c``.
+
+        >>> get_codec({"id": "topk", "ratio": 0.01}).spec(), get_codec("int8:block=256").spec()
+        ('topk:ratio=0.01', 'int8')
+        """
+        config = self.get_config()
+        codec_id = config.pop("id")
+        plain = type(self).from_config({k: config[k] for k in self.named_settings}).get_config()
+        items = [f"{k}={_spec_value(v)}" for k, v in sorted(config.items())
+                 if (v is not None if k in self.named_settings else plain.get(k, ...) != v)]
+        return codec_id + (":" + ",".join(items) if items else "")
 
     def __eq__(self, other) -> bool:
         return type(self) is type(other) and self.get_config() == other.get_config()

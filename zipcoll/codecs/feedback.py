@@ -49,6 +49,11 @@ class ErrorFeedback(Codec):
             config["decay"] = self._decay
         return config
 
+    def spec(self) -> str:
+        """``"feedback:<inner spec>"``, with ``decay=`` first where it is not the codec's."""
+        decay = "" if self._decay == self._codec.feedback_decay else f"decay={self._decay}:"
+        return f"{self.codec_id}:{decay}{self._codec.spec()}"
+
     @classmethod
     def from_config(cls, config: Mapping) -> "ErrorFeedback":
         """The wrapper of ``config["codec"]`` (a config, a spec string or a codec)."""

@@ -157,6 +157,8 @@ def _check_count(codec_id: str, ratio, k) -> None:
 class _Counted(_Sparse):
     """Sparse codec that sends a fixed number of elements: ``k``, or ``ceil(ratio * n)``."""
 
+    named_settings = ("ratio", "k")
+
     def __init__(self, ratio: float | None = None, k: int | None = None, values: str = "float32"):
         _check_count(self.codec_id, ratio, k)
         super().__init__(values)
@@ -277,6 +279,7 @@ class Threshold(_Sparse):
 
     codec_id = "threshold"
     fixed_size = False
+    named_settings = ("tau",)
 
     def __init__(self, tau: float, values: str = "float32"):
         if not (isinstance(tau, (int, float)) and tau >= 0 and math.isfinite(tau)):

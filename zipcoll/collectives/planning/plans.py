@@ -20,8 +20,6 @@ is made the same on every rank).
 from __future__ import annotations
 
 import functools
-import inspect
-import json
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, NamedTuple
 
@@ -66,31 +64,12 @@ class PlanShape(NamedTuple):
 
 
 def codec_spec(codec: Any) -> str | None:
-    """The short spec string of a codec argument: its id, plus what differs from the defaults.
+    """The short spec string of a codec argument (``Codec.spec``), None for no codec.
 
     >>> codec_spec({"id": "topk", "ratio": 0.01}), codec_spec("int8:block=256")
     ('topk:ratio=0.01', 'int8')
     """
-    if codec is None:
-        return None
-    codec = get_codec(codec)
-    inner = getattr(codec, "codec", None)
-    if isinstance(inner, Codec):  # error feedback: "feedback:<inner spec>"
-        return f"{codec.codec_id}:{codec_spec(inner)}"
-    config = codec.get_config()
-    codec_id = config.pop("id")
-    defaults = _defaults(type(codec))
-    changed = {k: v for k, v in sorted(config.items()) if defaults.get(k, ...) != v}
-    items = ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in changed.items())
-    return f"{codec_id}:{items}" if items else codec_id
-
-
-@functools.lru_cache(maxsize=None)
-def _defaults(codec_type: type) -> dict:
-    """A codec class's constructor defaults (cached: ``auto`` asks on every call)."""
-    return {name: param.default for name, param
-            in inspect.signature(codec_type.__init__).parameters.items()}
-
+    return None if codec is None else get_codec(codec).spec()
 
 
 # ------------------------------------------------------------------ plan -> seconds
