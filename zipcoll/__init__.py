@@ -14,14 +14,13 @@ import importlib
 
 from zipcoll.codecs import get_codec, list_codecs
 from zipcoll.collectives import (ALGORITHMS, SCHEDULES, Intracomm, Request, allreduce,
-                                 iallreduce, sparse_allgather, sparse_allreduce)
+                                 explain, iallreduce, sparse_allgather, sparse_allreduce)
 from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyError, ZipcollError
 from zipcoll.failures import abort_on_error
 from zipcoll.settings import configure
 from zipcoll.topologies import Topology
-from zipcoll.collectives.planning import explain
 
 __version__ = "0.1.0"
 

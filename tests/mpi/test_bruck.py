@@ -6,9 +6,9 @@ import pytest
 from mpi4py import MPI
 
 import zipcoll
+from zipcoll.collectives.context import context_for
 from zipcoll.collectives.plan import make_plan
-from zipcoll.collectives.planning import (DEFAULT_PROFILE, PROFILE_ENV, PlanShape, Profile, Shape,
-                                          shared_profile)
+from zipcoll.collectives.planning import (DEFAULT_PROFILE, PROFILE_ENV, PlanShape, Profile, Shape)
 
 pytestmark = pytest.mark.mpi
 
@@ -56,7 +56,7 @@ def test_auto_runs_bruck_where_the_profile_prices_it_cheapest(comm, tmp_path, zi
     zipcoll_env(**{PROFILE_ENV: str(path)})
     fresh = comm.Dup()  # its first call loads that profile
     try:
-        selector = shared_profile(fresh)
+        selector = context_for(fresh).selector
         x = np.arange(256, dtype=np.float32) + comm.rank
         plan = make_plan(x, None, "sum", "auto", None, None, topology, selector)
         assert plan.schedule.name == "bruck"

@@ -8,7 +8,9 @@ from zipcoll.bench import autocheck
 from zipcoll.bench import calibrate as cal
 from zipcoll.topologies import Topology
 from zipcoll.collectives import planning as cost
-from zipcoll.collectives.planning import explain, shared_profile
+from zipcoll import explain
+from zipcoll.collectives.context import context_for
+from zipcoll.collectives.planning import shared_profile
 
 
 @pytest.fixture
@@ -66,18 +68,35 @@ def test_ranks_with_different_profiles_still_agree(comm, tmp_path, zipcoll_env):
     zipcoll_env(**{cost.PROFILE_ENV: str(path)})
     fresh = comm.Dup()  # a communicator with no profile cached yet
     try:
-        selector = shared_profile(fresh)
+        selector = context_for(fresh).selector
         assert selector.profile.intra.alpha == pytest.approx(1e-6)  # rank 0's
         topo = Topology.from_comm(fresh, ranks_per_node=max(1, comm.size // 2))
         plans = [selector.choose(n, topo, "int4") for n in (8, 1000, 1 << 20, 3 << 20, 1 << 26)]
         assert comm.allgather([tuple(p) for p in plans]) == [[tuple(p) for p in plans]] * comm.size
-        assert shared_profile(fresh) is selector  # cached on the communicator
+        assert context_for(fresh).selector is selector  # one per communicator
         other = shared_profile(fresh, path=comm.bcast(str(path), root=comm.size - 1))
-        assert other.profile.intra.alpha == pytest.approx(1e-6 * comm.size)  # that file, now
+        assert other.intra.alpha == pytest.approx(1e-6 * comm.size)  # that file, now
         # each rank names its own file; rank 0's is read and used everywhere
         ranking = explain(1 << 20, comm=fresh, topology=topo, profile=str(path))
         assert ranking.source == comm.bcast(str(path), root=0)
         assert ranking.best == cost.choose(1 << 20, topo, None, selector.profile)
+    finally:
+        fresh.Free()
+
+
+def test_explain_prices_with_the_communicators_own_topology_and_profile(comm, tmp_path,
+                                                                        zipcoll_env):
+    """explain and auto read one context: the profile loaded once, at first use, the same."""
+    path = tmp_path / f"rank{comm.rank}.json"
+    cost.Profile(cost.Link(2e-6, 1e-9), cost.Link(3e-5, 1e-8), cost.Rate(1e9), 0.0, 0.0).save(str(path))
+    zipcoll_env(**{cost.PROFILE_ENV: str(path)})
+    fresh = comm.Dup()
+    try:
+        ranking = explain(1 << 20, comm=fresh, codec="int8")
+        ctx = context_for(fresh)
+        assert ranking.profile is ctx.selector.profile and ranking.topology is ctx.topology
+        assert ranking.source == comm.bcast(str(path), root=0)
+        assert ranking.profile.intra.alpha == pytest.approx(2e-6)  # the file's, not defaults
     finally:
         fresh.Free()
 

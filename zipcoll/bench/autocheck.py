@@ -34,7 +34,9 @@ from mpi4py import MPI
 import zipcoll
 from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
 from zipcoll.topologies import Topology
-from zipcoll.collectives.planning import PlanShape, candidate_plans, explain, shared_profile
+from zipcoll.collectives.api import explain
+from zipcoll.collectives.context import context_for
+from zipcoll.collectives.planning import PlanShape, candidate_plans
 
 SCREEN_SECONDS = 0.02   # timed per plan and size in the screening
 ROUND_SECONDS = 0.05    # timed per plan and size in each round
@@ -126,7 +128,7 @@ def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], ro
 
 def auto_picks(nbytes: int, topology: Topology, codec: str | None, comm: MPI.Intracomm) -> dict:
     """What auto runs at ``nbytes``: the Selector it uses (rank 0's profile, cached per bucket)."""
-    selector = shared_profile(comm)
+    selector = context_for(comm).selector
     picks = {"lossless": label(selector.choose(nbytes, topology, None))}
     if codec:
         picks[codec] = label(selector.choose(nbytes, topology, codec))
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     topology = Topology.from_comm(comm)
     plans, autos = plans_to_time(topology, args.codec)
     root = comm.Get_rank() == 0
-    source = shared_profile(comm).profile.source  # collective: every rank
+    source = context_for(comm).selector.profile.source  # collective on first use
     if root:
         print(f"# zipcoll-bench autocheck: {comm.Get_size()} ranks, {topology.num_nodes} node(s), "
               f"{len(plans)} plans, profile: {source}", flush=True)

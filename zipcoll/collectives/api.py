@@ -1,4 +1,4 @@
-"""allreduce / iallreduce / Intracomm: the public entry points, and the agreement check.
+"""allreduce / iallreduce / Intracomm / explain: the public entry points, and the agreement check.
 
 Every check that can fail runs before any data moves (`plan.make_plan`). Then the
 agreement check (one small Iallreduce, on by default for every call; ZIPCOLL_CHECK=0
@@ -31,7 +31,8 @@ from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
-from zipcoll.collectives.planning.explain import codec_not_applied
+from zipcoll.collectives.planning.explain import Ranking, codec_not_applied, ranking, shared_profile
+from zipcoll.collectives.planning.profile import Profile
 
 
 def checks_enabled() -> bool:
@@ -101,6 +102,31 @@ def _topology(ctx: Context, topology: Topology | None) -> Topology:
     if not isinstance(topology, Topology) or topology.size != ctx.transport.size:
         raise ValueError(f"topology must be a zipcoll.Topology of {ctx.transport.size} ranks")
     return topology
+
+
+def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,
+            topology: Any = None, dtype: str = "float32", op: str = "sum",
+            profile: Profile | str | None = None, native: bool = True) -> Ranking:
+    """Every plan an all-reduce of ``nbytes`` could run on ``comm``, cheapest first.
+
+    The topology and profile are the ones ``auto`` prices with on ``comm`` (its context's:
+    collective on the communicator's first use). A ``topology`` given is used as it is; a
+    ``profile`` given as a Profile is used as it is (then the caller makes it the same
+    everywhere), as a path it is read now on every rank, rank 0's shared (collective).
+    Given both, nothing is collective. ``native=False`` leaves out the plans that use the
+    MPI library's own op, as ``auto`` does for an op and dtype on which it differs from
+    zipcoll's (``collectives.ops.native_agrees``).
+
+    >>> print(zipcoll.explain(64 << 20, comm=MPI.COMM_WORLD, codec="int8"))  # doctest: +SKIP
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if topology is None or profile is None:
+        ctx = context_for(comm)
+        topology = ctx.topology if topology is None else topology
+        profile = ctx.selector.profile if profile is None else profile
+    if not isinstance(profile, Profile):
+        profile = shared_profile(comm, profile)
+    return ranking(nbytes, topology, profile, codec, dtype, op, native)
 
 
 _FIELDS = ("", "count", "dtype", "op", "algorithm", "resolved algorithm", "codec", "layout")
@@ -211,4 +237,4 @@ class Intracomm(MPI.Intracomm):
                           codec=self.codec)
 
 
-__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "iallreduce"]
+__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "explain", "iallreduce"]

@@ -82,7 +82,7 @@ class Context:
         # the CPU kernels' threads: this machine's cores shared by every rank on them
         share_machine_cores([row[0] for row in rows], self.transport.rank)
         self._topology = topology
-        self._selector = shared_profile(self.transport.comm)
+        self._selector = Selector(shared_profile(self.transport.comm))
 
     def _ensure(self) -> None:
         if not self.ready:

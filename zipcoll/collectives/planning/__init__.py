@@ -7,9 +7,9 @@ layout from `zipcoll.topologies` and the machine from a `Profile`:
     model.py      Shape, Span, Work: what a schedule's cost formula is given
     plans.py      PlanShape, candidate_plans, predict, rank_plans, bounds
     selector.py   Selector: algorithm="auto", cached per size bucket
-    explain.py    zipcoll.explain, and the profile shared by every rank of a communicator
+    explain.py    what zipcoll.explain shows (Ranking), and the profile every rank loads alike
 """
-from zipcoll.collectives.planning.explain import Ranking, explain, shared_profile
+from zipcoll.collectives.planning.explain import Ranking, ranking, shared_profile
 from zipcoll.collectives.planning.model import Shape, Span, Work
 from zipcoll.collectives.planning.plans import (PlanShape, bounds, candidate_plans, codec_idle, levels,
                                                 codec_spec, predict, rank_plans,
@@ -19,7 +19,7 @@ from zipcoll.collectives.planning.profile import (DEFAULT_CODECS, DEFAULT_PROFIL
 from zipcoll.collectives.planning.selector import Selector, bucket_size, choose, size_bucket
 
 __all__ = [
-    "Ranking", "explain", "shared_profile", "Shape", "Span", "Work", "PlanShape", "bounds",
+    "Ranking", "ranking", "shared_profile", "Shape", "Span", "Work", "PlanShape", "bounds",
     "candidate_plans", "codec_idle", "codec_spec", "levels", "predict", "rank_plans",
     "two_level_schedules", "DEFAULT_CODECS", "DEFAULT_PROFILE", "PROFILE_ENV", "CodecSpeed",
     "Link", "Profile", "ProfileError", "Rate", "load_profile", "Selector", "bucket_size", "choose",

@@ -1,4 +1,4 @@
-"""``zipcoll.explain``: which plan ``auto`` would run for a message, and what each would cost.
+"""What ``zipcoll.explain`` shows: which plan ``auto`` would run for a message, and what each would cost.
 
     >>> ranking = zipcoll.explain(64 << 20, comm=MPI.COMM_WORLD, codec="int8")
     >>> print(ranking)              # every plan, cheapest first, with predicted times
@@ -7,9 +7,9 @@
 Every rank must get the same answer (all ranks must run the same schedule), so the
 profile is rank 0's: ``shared_profile(comm)`` loads it on every rank (the ``profile``
 path, else $ZIPCOLL_PROFILE, else the defaults), raises alike everywhere if any rank
-failed, and gives every rank rank 0's, once per communicator (cached on it as an MPI
-attribute, freed with it). The ranking is then a pure function
-of (bytes, topology shape, codec, dtype, op, profile), the same on every rank.
+failed, and gives every rank rank 0's; a communicator's context does so once, at its
+first use. The ranking (``ranking``) is then a pure function of (bytes, topology shape,
+codec, dtype, op, profile), the same on every rank.
 """
 from __future__ import annotations
 
@@ -21,11 +21,8 @@ from zipcoll.collectives.planning.model import Shape
 from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
 from zipcoll.collectives.planning.profile import (Link, Profile, ProfileError, load_profile,
                                                   profile_source)
-from zipcoll.collectives.planning.selector import Selector, bucket_size, size_bucket
-from zipcoll.topologies import Topology
+from zipcoll.collectives.planning.selector import bucket_size, size_bucket
 from zipcoll.transport import allgather_objects, bcast_object
-
-_keyval = None
 
 
 class Ranking(list):
@@ -99,28 +96,14 @@ def codec_not_applied(plan: Any, profile: Profile) -> str:
             f"(zipcoll.CodecNotApplied) is given once per communicator.")
 
 
-def shared_profile(comm: MPI.Comm, path: str | None = None) -> Selector:
-    """A Selector holding rank 0's profile, or the same ProfileError on every rank (collective).
+def shared_profile(comm: MPI.Comm, path: str | None = None) -> Profile:
+    """Rank 0's profile on every rank, or the same ProfileError on every rank (collective).
 
-    Without ``path``: $ZIPCOLL_PROFILE or the defaults, read once per communicator and
-    cached on it (what ``auto`` uses). With ``path``: that file, read now, not cached.
-    Every rank reads its own file; if any rank cannot read or parse it, every rank
-    raises the same ProfileError naming that rank, before any data moves (nobody waits
-    for a rank that failed). Otherwise every rank gets rank 0's contents.
+    ``path``: that file, else $ZIPCOLL_PROFILE, else the defaults. Every rank reads its own
+    file; if any rank cannot read or parse it, every rank raises the same ProfileError
+    naming that rank, before any data moves (nobody waits for a rank that failed).
+    A communicator's context loads it once, at its first use (what ``auto`` prices with).
     """
-    global _keyval
-    if _keyval is None:
-        _keyval = MPI.Comm.Create_keyval()
-    selector = comm.Get_attr(_keyval) if path is None else None
-    if selector is None:
-        selector = Selector(_load_everywhere(comm, path))
-        if path is None:
-            comm.Set_attr(_keyval, selector)
-    return selector
-
-
-def _load_everywhere(comm: MPI.Comm, path: str | None) -> Profile:
-    """Every rank loads; all learn who failed (one allgather); rank 0's profile is shared."""
     profile, failure = None, None
     try:
         profile = load_profile(path)
@@ -136,21 +119,9 @@ def _load_everywhere(comm: MPI.Comm, path: str | None) -> Profile:
     return Profile.from_dict(bcast_object(comm, profile.to_dict() if comm.Get_rank() == 0 else None))
 
 
-def explain(nbytes: int, comm: MPI.Comm | None = None, codec: Any = None,
-            topology: Topology | None = None, dtype: str = "float32", op: str = "sum",
-            profile: Profile | str | None = None, native: bool = True) -> Ranking:
-    """Every plan an all-reduce of ``nbytes`` could run on ``comm``, cheapest first.
-
-    Collective when it must build the topology or share the profile (first use on a
-    communicator); ``profile`` given as a Profile is used as is (then the caller makes
-    it the same everywhere), as a path it is read on rank 0 and shared. ``native=False``
-    leaves out the plans that use the MPI library's own op, as ``auto`` does for an op
-    and dtype on which it differs from zipcoll's (``collectives.ops.native_agrees``).
-    """
-    comm = MPI.COMM_WORLD if comm is None else comm
-    if topology is None:
-        topology = Topology.from_comm(comm)
-    if not isinstance(profile, Profile):
-        profile = shared_profile(comm, profile).profile
+def ranking(nbytes: int, topology: Any, profile: Profile, codec: Any = None,
+            dtype: str = "float32", op: str = "sum", native: bool = True) -> Ranking:
+    """Every plan an all-reduce of ``nbytes`` could run on ``topology``, cheapest first
+    (a pure function: ``zipcoll.explain`` finds the topology and profile of a communicator)."""
     ranked = rank_plans(nbytes, topology, profile, codec, dtype, op, native)
     return Ranking(ranked, nbytes, profile.source, topology, profile)

@@ -2,8 +2,8 @@
 
 `plans.rank_plans` prices every plan the registry allows (schedule, inner schedule, where
 the codec goes) for this size, layout, dtype and op, with a profile every rank shares
-(`explain.shared_profile`: $ZIPCOLL_PROFILE, or the defaults), and the cheapest runs;
-decisions are cached per size bucket. Every rank decides alike: the same profile, and
+(`explain.shared_profile`, loaded by the communicator's context: $ZIPCOLL_PROFILE, or the
+defaults), and the cheapest runs; decisions are cached per size bucket. Every rank decides alike: the same profile, and
 nothing that depends on the rank goes into the model. `zipcoll.explain` shows the ranking.
 """
 from __future__ import annotations
