@@ -88,6 +88,34 @@ def test_the_second_process_loads_what_the_first_compiled_or_loaded(two_runs):
     assert all(second[name]["loaded"] == 0 for name in NO_KERNELS)
 
 
+THREADS_THEN_SERIAL = """
+import sys, numpy as np
+from zipcoll.codecs.kernels import cpu
+kernel = cpu._narrow(False, sys.argv[1] == "threads")
+kernel(np.arange(8, dtype=np.uint32), np.empty(8, np.uint16))
+print(sum(kernel.stats.cache_hits.values()))
+"""
+
+
+def test_a_kernel_without_threads_never_loads_the_threaded_build(tmp_path):
+    """Numba keys its disk cache on a function's name, code and cells, not on `parallel`:
+    one body compiled both ways must be cached under two names, or the next process's
+    serial launch would run the threaded machine code."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.pop("NUMBA_DISABLE_JIT", None)
+
+    def hits(way: str) -> int:
+        res = subprocess.run([sys.executable, "-c", THREADS_THEN_SERIAL, way], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        return int(res.stdout.split()[-1])
+
+    assert hits("threads") == 0  # compiled into the empty cache
+    assert hits("serial") == 0  # its own entry: compiled, not the threaded one loaded
+    assert hits("serial") == 1 and hits("threads") == 1  # each loads its own
+
+
 # --- the child: this file run as a script ------------------------------------------
 
 def _child(specs: dict) -> None:

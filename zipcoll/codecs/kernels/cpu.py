@@ -22,18 +22,23 @@ _decode_block = njit(inline="always")(rules.decode_block.py_func)
 # every process, so the second process loads it from the cache; every function it calls
 # is a module global. A cell holding a dispatcher (an inner jitted function) pickles
 # with a per-process id: such a kernel compiled again, under a new cache entry, in
-# every process. ``_cacheable`` refuses such a cell when the kernel is made.
+# every process. ``_compiled`` refuses such a cell when the kernel is made.
 _CELL_TYPES = (bool, int)
 
 
-def _cacheable(kernel):
-    """``kernel`` if every value it closes over keys the disk cache the same in every process."""
-    for name, cell in zip(kernel.py_func.__code__.co_freevars, kernel.py_func.__closure__ or ()):
+def _compiled(kernel, parallel: bool):
+    """``kernel`` jitted with threads (its ``prange`` split over them) or without, cached on
+    disk. Numba keys a cache entry on the function's name, code and cells, not on
+    ``parallel``: one body compiled both ways would load the other's machine code in the
+    next process, so each way gets a name of its own. Refuses a cell that keys the disk
+    cache differently in every process."""
+    for name, cell in zip(kernel.__code__.co_freevars, kernel.__closure__ or ()):
         if type(cell.cell_contents) not in _CELL_TYPES:
-            raise TypeError(f"kernel {kernel.py_func.__qualname__} closes over {name} = "
+            raise TypeError(f"kernel {kernel.__qualname__} closes over {name} = "
                             f"{cell.cell_contents!r}: its disk-cache entry would differ in "
                             f"every process; pass it as an argument or use a module global")
-    return kernel
+    kernel.__qualname__ += ".threads" if parallel else ".serial"
+    return njit(parallel=parallel, cache=True)(kernel)
 
 
 @njit(inline="always")
@@ -57,23 +62,13 @@ def _encoder(bits, kind, stochastic, feedback, parallel):
     the number of non-finite residual elements (0 without feedback)."""
     bits, kind, stochastic, feedback = int(bits), int(kind), bool(stochastic), bool(feedback)
 
-    if parallel:
-        @njit(parallel=True, cache=True)
-        def encode(x, xb, r, rb, codes, scales, block, levels, seed, cap):
-            nonfinite = 0
-            for b in prange(scales.size):
-                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
-                                         kind, stochastic, feedback, seed, cap)
-            return nonfinite
-    else:
-        @njit(cache=True)
-        def encode(x, xb, r, rb, codes, scales, block, levels, seed, cap):
-            nonfinite = 0
-            for b in range(scales.size):
-                nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
-                                         kind, stochastic, feedback, seed, cap)
-            return nonfinite
-    return _cacheable(encode)
+    def encode(x, xb, r, rb, codes, scales, block, levels, seed, cap):
+        nonfinite = 0
+        for b in prange(scales.size):
+            nonfinite += _encode_one(x, xb, r, rb, codes, scales, b, block, bits, levels,
+                                     kind, stochastic, feedback, seed, cap)
+        return nonfinite
+    return _compiled(encode, parallel)
 
 
 @njit(inline="always")
@@ -90,17 +85,10 @@ def _nonfinite_in_block(r, b, block):
 def _decoder(bits, accumulate, parallel):
     """Block decode kernel compiled for one (bits, accumulate)."""
     bits, accumulate = int(bits), bool(accumulate)
-    if parallel:
-        @njit(parallel=True, cache=True)
-        def decode(codes, scales, out, block):
-            for b in prange(scales.size):
-                _decode_block(codes, scales, out, b, block, bits, accumulate)
-    else:
-        @njit(cache=True)
-        def decode(codes, scales, out, block):
-            for b in range(scales.size):
-                _decode_block(codes, scales, out, b, block, bits, accumulate)
-    return _cacheable(decode)
+    def decode(codes, scales, out, block):
+        for b in prange(scales.size):
+            _decode_block(codes, scales, out, b, block, bits, accumulate)
+    return _compiled(decode, parallel)
 
 
 @one_launch_at_a_time
@@ -144,20 +132,18 @@ def block_decode(codes, scales, out, block, bits, accumulate):
 @functools.lru_cache(maxsize=None)
 def _narrow(bf16, parallel):
     """Kernel writing ``out16[i]`` = the IEEE half (``bf16``: bfloat16) bits of ``bits32[i]``."""
-    @njit(parallel=parallel, cache=True)
     def narrow(bits32, out16):
         for i in prange(bits32.size):
             if bf16:
                 out16[i] = rules.bf16_bits(bits32[i])
             else:
                 out16[i] = rules.f16_bits(bits32[i])
-    return _cacheable(narrow)
+    return _compiled(narrow, parallel)
 
 
 @functools.lru_cache(maxsize=None)
 def _widen(bf16, accumulate, parallel):
     """Kernel writing ``out[i] (+)=`` the value of IEEE half (``bf16``: bfloat16) bits ``in16[i]``."""
-    @njit(parallel=parallel, cache=True)
     def widen(in16, out):
         for i in prange(out.size):
             if bf16:
@@ -165,7 +151,7 @@ def _widen(bf16, accumulate, parallel):
             else:
                 v = rules.f16_value(in16[i])
             out[i] = out[i] + v if accumulate else v
-    return _cacheable(widen)
+    return _compiled(widen, parallel)
 
 
 @one_launch_at_a_time
