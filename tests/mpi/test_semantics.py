@@ -178,22 +178,28 @@ def test_two_threads_on_two_communicators(comms, codec):
     assert not wrong, wrong[:5]
 
 
+def refusals_in_a_thread(call) -> list[str]:
+    """Run `call` in a second thread: the RuntimeError messages it raised there."""
+    refused = []
+
+    def run():
+        try:
+            call()
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    return refused
+
+
 @pytest.mark.skipif(not _thread_multiple(), reason="MPI did not grant MPI_THREAD_MULTIPLE")
 def test_two_threads_on_one_communicator_at_once_is_refused(comm):
     if comm.size == 1:
         pytest.skip("one rank's calls end as they start: none stays in flight")
     request = zipcoll.iallreduce(ones(1), comm=comm, algorithm="ring")  # in flight until waited
-    refused = []
-
-    def second():
-        try:
-            zipcoll.iallreduce(ones(2), comm=comm, algorithm="ring")
-        except RuntimeError as exc:
-            refused.append(str(exc))
-
-    thread = threading.Thread(target=second)
-    thread.start()
-    thread.join(timeout=30)
+    refused = refusals_in_a_thread(lambda: zipcoll.iallreduce(ones(2), comm=comm, algorithm="ring"))
     expect(request.wait(), 1, comm.size)
     assert refused and "communicator" in refused[0], refused
     expect(zipcoll.allreduce(ones(3), comm=comm, algorithm="ring"), 3, comm.size)
@@ -203,17 +209,8 @@ def test_two_threads_on_one_communicator_at_once_is_refused(comm):
 def test_waiting_on_another_threads_request_while_it_waits_is_refused(comm):
     request = zipcoll.iallreduce(ones(1), comm=comm, algorithm="ring")
     engine = request._engine
-    outcome = []
     with engine._hold():  # as if this thread were inside a wait of its own
-        def other():
-            try:
-                request.test()
-            except RuntimeError as exc:
-                outcome.append(str(exc))
-
-        thread = threading.Thread(target=other)
-        thread.start()
-        thread.join(timeout=30)
+        outcome = refusals_in_a_thread(request.test)
     expect(request.wait(), 1, comm.size)
     assert outcome and "two threads" in outcome[0], outcome
 
