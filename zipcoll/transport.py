@@ -330,6 +330,7 @@ class ScratchPool:
         self._latest: dict[str, Any] = {}  # kind -> raw buffer given back last
         self._clock = 0
         self._oldest: int | None = None  # clock of the oldest idle buffer (None: none)
+        self._idle_bytes = 0  # of every idle buffer, the latest ones included
 
     def tick(self) -> None:
         """A call starts: buffers idle since too many calls are dropped."""
@@ -347,8 +348,10 @@ class ScratchPool:
             fitting = [i for i, (raw, _) in enumerate(idle)
                        if nbytes <= raw.size <= max(4 * nbytes, 1 << 20)]
             raw = idle.pop(min(fitting, key=lambda i: idle[i][0].size))[0] if fitting else None
-            if raw is not None and self._latest.get(kind) is raw:
-                del self._latest[kind]
+            if raw is not None:
+                self._idle_bytes -= raw.size
+                if self._latest.get(kind) is raw:
+                    del self._latest[kind]
         if raw is None:
             raw = xp.empty(max(nbytes, 8), dtype=np.uint8)
         return _ScratchView(raw, count, dtype)
@@ -358,7 +361,11 @@ class ScratchPool:
         with self._lock:
             self._idle.setdefault(kind, []).append((scratch.raw, self._clock))
             self._latest[kind] = scratch.raw
-            self._trim()
+            self._idle_bytes += scratch.raw.size
+            if self._oldest is None:
+                self._oldest = self._clock
+            if self._idle_bytes > settings.get().scratch_bytes:  # else all fits: keep all
+                self._trim()
 
     def held(self) -> int:
         """Bytes of idle scratch (every kind of memory)."""
@@ -370,6 +377,7 @@ class ScratchPool:
             self._idle.clear()
             self._latest.clear()
             self._oldest = None
+            self._idle_bytes = 0
 
     def _trim(self) -> None:
         """Keep the buffers given back recently, newest first, up to the budget (and the
@@ -388,11 +396,14 @@ class ScratchPool:
         self._latest = {k: raw for k, raw in self._latest.items()
                         if any(r is raw for r, _ in kept.get(k, ()))}
         self._oldest = min((used for idle in kept.values() for _, used in idle), default=None)
+        self._idle_bytes = sum(raw.size for idle in kept.values() for raw, _ in idle)
 
 
 def _memory_kind(xp: Any) -> str:
     """The pool a namespace's buffers go to: its name, and the current device for CuPy
     (a buffer of one GPU must not serve a call on another)."""
+    if xp is np:  # every host call: no look-up of a `cuda` attribute NumPy lacks
+        return "numpy"
     device = getattr(getattr(xp, "cuda", None), "get_device_id", None)
     return xp.__name__ if device is None else f"{xp.__name__}:{device()}"
 
