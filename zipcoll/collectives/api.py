@@ -217,8 +217,12 @@ class Intracomm(ShardedMethods, MPI.Intracomm):
                           algorithm=self._allreduce_algorithm(), codec=self.codec)
 
     def _allreduce_algorithm(self) -> str:
-        return "auto" if self.algorithm not in registry.algorithms() and \
-            is_sharded_algorithm(self.algorithm) else self.algorithm
+        """The communicator's algorithm, or "auto" where it names a reduce-scatter one only."""
+        try:
+            registry.parse(self.algorithm)
+        except ValueError:
+            return "auto"
+        return self.algorithm
 
 
 __all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "iallreduce"]

@@ -37,11 +37,14 @@ from zipcoll.collectives.ops import BFLOAT16, BY_NAME, ReduceOp, check_supported
     lookup, native_agrees, op_code
 from zipcoll.collectives.plan import FLOATS, _check_key, _codec, _feedback_as_key
 from zipcoll.collectives.planning.model import Shape, Work
+from zipcoll.collectives.planning import plans
 from zipcoll.collectives.planning.plans import flat_span
 from zipcoll.collectives.progress import Request, check_threads
 from zipcoll.collectives.registry import SHARDED, ShardSchedule
 from zipcoll.collectives.schedule import Steps
+from zipcoll.collectives.schedules.sharded.hierarchical import rank_grid
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
+from zipcoll.collectives.twolevel import Levels
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
 
@@ -121,6 +124,12 @@ class ShardPlan:
     key: Hashable = None
     mean: bool = False
     topology: Topology | None = None
+    inner: ShardSchedule | None = None  # a two-level schedule's schedule across nodes
+
+    @property
+    def name(self) -> str:
+        """The resolved algorithm, as a user would write it: "ring", "hierarchical:halving"."""
+        return self.schedule.name + (f":{self.inner.name}" if self.inner else "")
 
     @property
     def blocks(self) -> list[tuple[int, int]]:
@@ -161,7 +170,7 @@ def make_shard_plan(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
                     ctx: Context) -> ShardPlan:
     """All local checks of one call; raises TypeError/ValueError, touching nothing."""
     size, rank = ctx.transport.size, ctx.transport.rank
-    schedule = _parse(algorithm)
+    schedule, inner = _parse(algorithm)
     mean = kind == REDUCE_SCATTER and isinstance(op, str) and op.lower() == "mean"
     reduce_op = SUM if mean else lookup(op)
     if sendbuf is MPI.IN_PLACE and recvbuf is None:
@@ -187,7 +196,7 @@ def make_shard_plan(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
         raise TypeError(f"{kind} of CuPy arrays is not supported yet; pass host arrays")
     recv = _checked_recv(kind, send, recv, blocks, rank)
     plan = ShardPlan(kind, send, recv, recvbuf, blocks, rank, reduce_op, schedule,
-                     flat, key, mean, topology)
+                     flat, key, mean, topology, inner)
     native_only = to_mpi or not isinstance(reduce_op, ReduceOp)
     if native_only:
         if dtype == BFLOAT16:
@@ -195,11 +204,15 @@ def make_shard_plan(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
                             "bfloat16 type); use a predefined op, or pass float32")
         plan.schedule = SHARDED["native"]
     elif schedule is None:
-        plan.schedule = _auto(plan, size, ctx)
+        plan.schedule, plan.inner = _auto(plan, size, ctx)
     else:
-        if flat is not None and not schedule.accepts(flat, kind):
+        if schedule.two_level:
+            schedule.split(topology)  # ValueError where the layout does not fit
+            plan.inner = inner or SHARDED["ring"]
+        carrier = plan.inner or schedule
+        if flat is not None and not carrier.accepts(flat, kind):
             takers = [s.name for s in SHARDED.values() if s.accepts(flat, kind)]
-            raise ValueError(f"algorithm {schedule.name!r} cannot carry codec "
+            raise ValueError(f"algorithm {plan.name!r} cannot carry codec "
                              f"{flat.codec_id!r} in a {kind}; algorithms that can: "
                              f"{', '.join(takers) or 'none'}")
         if schedule.native and kind == REDUCE_SCATTER and dtype == BFLOAT16:
@@ -208,16 +221,23 @@ def make_shard_plan(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
     return plan
 
 
-def _parse(algorithm: Any) -> ShardSchedule | None:
+def _parse(algorithm: Any) -> tuple[ShardSchedule | None, ShardSchedule | None]:
+    """(schedule, inner) of a name: "ring", "hierarchical", "hierarchical:halving"; "auto":
+    (None, None)."""
     if not isinstance(algorithm, str):
         raise TypeError(f"algorithm must be a string, not {type(algorithm).__name__}")
     if algorithm == "auto":
-        return None
-    schedule = SHARDED.get(algorithm)
-    if schedule is None:
+        return None, None
+    name, _, inner_name = algorithm.partition(":")
+    schedule = SHARDED.get(name)
+    inner = SHARDED.get(inner_name) if inner_name else None
+    if schedule is None or inner_name and not (
+            schedule.two_level and inner is not None and not inner.two_level
+            and not inner.native):
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of "
-                         f"{', '.join(algorithms())}")
-    return schedule
+                         f"{', '.join(algorithms())} (two-level ones also as "
+                         f"'hierarchical:halving')")
+    return schedule, inner
 
 
 def algorithms() -> tuple[str, ...]:
@@ -227,7 +247,10 @@ def algorithms() -> tuple[str, ...]:
 
 def is_sharded_algorithm(algorithm: Any) -> bool:
     """Whether `algorithm` names a reduce-scatter / all-gather schedule."""
-    return isinstance(algorithm, str) and algorithm in SHARDED
+    try:
+        return _parse(algorithm) != (None, None)
+    except (TypeError, ValueError):
+        return False
 
 
 def _counts(kind: str, counts: Any, send: Buffer | None, recv: Buffer | None, size: int,
@@ -298,12 +321,13 @@ def _check_compressible(kind: str, op: Any, dtype: np.dtype, codec: Codec) -> No
                         "bfloat16 all-gathers are lossless only")
 
 
-def _auto(plan: ShardPlan, size: int, ctx: Context) -> ShardSchedule:
-    """algorithm="auto": the cheapest flat schedule by its own cost formula (the MPI
-    library's only where its op gives zipcoll's answer, so the answer never depends on
-    the size)."""
+def _auto(plan: ShardPlan, size: int, ctx: Context) -> tuple[ShardSchedule, ShardSchedule | None]:
+    """algorithm="auto": (schedule, inner) of the least cost by the schedules' own formulas:
+    every flat one, and every two-level one over each flat inner one where the layout
+    splits (the MPI library's own only where its op gives zipcoll's answer, so the answer
+    never depends on the size)."""
     if size == 1:
-        return SHARDED["native"]
+        return SHARDED["native"], None
     profile = ctx.selector.profile
     shape = Shape.of(plan.topology)
     span = flat_span(shape, profile)
@@ -312,20 +336,30 @@ def _auto(plan: ShardPlan, size: int, ctx: Context) -> ShardSchedule:
     n = float(plan.total * dtype.itemsize)
     native_ok = (plan.kind == ALLGATHER or plan.dtype != BFLOAT16
                  and native_agrees(plan.op, plan.work_dtype))
-    best, best_time = None, float("inf")
+    rs = plan.kind == REDUCE_SCATTER
+    flat = [s for s in SHARDED.values() if not s.two_level and (native_ok or not s.native)]
+    priced = []
+    for schedule in flat:
+        if plan.codec is None or schedule.accepts(plan.codec, plan.kind):
+            cost = schedule.cost_rs if rs else schedule.cost_ag
+            priced.append((cost(n, span, work, plan.codec)
+                           + (0 if schedule.native else profile.call_overhead), schedule, None))
     for schedule in SHARDED.values():
-        cost = schedule.cost_rs if plan.kind == REDUCE_SCATTER else schedule.cost_ag
-        if cost is None or schedule.two_level or schedule.native and not native_ok:
+        found = plans.levels(schedule, plan.topology) if schedule.two_level else None
+        if found is None or plan.topology.num_nodes < 2 or plan.topology.local_size < 2:
             continue
-        if plan.codec is not None and not schedule.accepts(plan.codec, plan.kind):
-            continue
-        seconds = cost(n, span, work, plan.codec) + (0 if schedule.native
-                                                     else profile.call_overhead)
-        if seconds < best_time:
-            best, best_time = schedule, seconds
-    if best is None:
+        rows, columns = found.spans(profile)
+        for inner in flat:
+            if inner.native or plan.codec is not None and not inner.accepts(plan.codec,
+                                                                           plan.kind):
+                continue
+            cost = schedule.cost_rs if rs else schedule.cost_ag
+            priced.append((cost(n, rows, columns, work, plan.codec, inner)
+                           + profile.call_overhead, schedule, inner))
+    if not priced:
         raise ValueError(f"no {plan.kind} schedule can carry codec {plan.codec.codec_id!r}")
-    return best
+    _, schedule, inner = min(priced, key=lambda row: row[0])
+    return schedule, inner
 
 
 # -- the agreement: what every rank must share ------------------------------------------
@@ -339,7 +373,7 @@ def _signature(plan: ShardPlan | None, algorithm: str) -> list[int]:
     if plan is None:
         return [1] + [0] * (len(_FIELDS) - 1)
     return [0, _code(_what(plan)), _code(plan.dtype.str), op_code(plan.op) * 2 + plan.mean,
-            _code(str(algorithm)), _code(plan.schedule.name), _code(_codec_text(plan.codec)),
+            _code(str(algorithm)), _code(plan.name), _code(_codec_text(plan.codec)),
             _code(repr((plan.topology.node_of, plan.topology.grid)))]
 
 
@@ -347,7 +381,7 @@ def _shown(plan: ShardPlan | None, algorithm: str) -> list[str]:
     if plan is None:
         return ["rejected"] * len(_FIELDS)
     op = getattr(plan.op, "name", "user-defined") + (" (mean)" if plan.mean else "")
-    return ["", _what(plan), plan.dtype.name, op, str(algorithm), plan.schedule.name,
+    return ["", _what(plan), plan.dtype.name, op, str(algorithm), plan.name,
             _codec_text(plan.codec), repr((plan.topology.node_of, plan.topology.grid))]
 
 
@@ -373,12 +407,14 @@ def _steps(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
     return _allgather(t, plan, tag)
 
 
-def _encoding(plan: ShardPlan, rank: int, tag: int, size: int) -> Encoding:
-    if plan.codec is None:
+def _encoding(plan: ShardPlan, rank: int, tag: int, size: int, lossless: bool = False) -> Encoding:
+    """Lossless(op) without a codec (or where `lossless`: a two-level schedule's node level);
+    else the codec, error feedback under (key, "rs" or "ag")."""
+    if plan.codec is None or lossless:
         return Lossless(plan.op, plan.work_dtype)
     level = "rs" if plan.kind == REDUCE_SCATTER else "ag"
     key = None if plan.key is None else (plan.key, level)
-    context = (plan.kind, plan.schedule.name, tuple(plan.counts), plan.work_dtype.str, size)
+    context = (plan.kind, plan.name, tuple(plan.counts), plan.work_dtype.str, size)
     return Compressed(Encoder(plan.codec, rank=rank, call=tag, key=key, context=context),
                       plan.work_dtype)
 
@@ -390,9 +426,7 @@ def _reduce_scatter(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
     if plan.dtype == BFLOAT16:
         widen_bfloat16(source, work)
         source = None
-    yield from plan.schedule.reduce_scatter(t, work, plan.blocks, _encoding(plan, t.rank, tag,
-                                                                            t.size),
-                                            tag, np, send=source)
+    yield from _run(t, plan, work, tag, source)
     result = work[slice(*plan.blocks[t.rank])]
     if plan.mean:
         result /= t.size
@@ -414,11 +448,43 @@ def _allgather(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
         sent = plan.send.array[:own.size]
         own[...] = sent.view(np.uint16) if plan.dtype == BFLOAT16 else sent
     exact = own.copy() if plan.codec is not None else None
-    enc = _encoding(plan, t.rank, tag, t.size) if plan.dtype != BFLOAT16 else \
-        Lossless(BY_NAME["bor"], np.uint16)
-    yield from plan.schedule.allgather(t, buf, plan.blocks, enc, tag, np)
+    yield from _run(t, plan, buf, tag)
     if exact is not None:
         own[...] = exact
+
+
+def _run(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int, send: Any = None) -> Steps:
+    """The plan's schedule on `buf` (flat: over t; two-level: over t's levels)."""
+    rs, schedule = plan.kind == REDUCE_SCATTER, plan.schedule
+    if rs or plan.dtype != BFLOAT16:
+        enc: Encoding = _encoding(plan, t.rank, tag, t.size)
+    else:
+        enc = Lossless(BY_NAME["bor"], np.uint16)  # bfloat16 gathered as its bits
+    if not schedule.two_level:
+        run = schedule.reduce_scatter if rs else schedule.allgather
+        yield from (run(t, buf, plan.blocks, enc, tag, np, send=send) if rs
+                    else run(t, buf, plan.blocks, enc, tag, np))
+        return
+    levels = Levels(*t.split(_layout(plan), schedule.split(plan.topology)))
+    encs = (_encoding(plan, t.rank, tag, t.size, lossless=True) if enc.lossy else enc, enc)
+    grid = rank_grid(tuple(tuple(node) for node in plan.topology.nodes))
+    if rs:
+        yield from schedule.reduce_scatter(levels, buf, plan.blocks, encs, tag, np, send=send,
+                                           inner=plan.inner, grid=grid)
+    else:
+        yield from schedule.allgather(levels, buf, plan.blocks, encs, tag, np,
+                                      inner=plan.inner, grid=grid)
+
+
+def _layout(plan: ShardPlan) -> tuple:
+    """What names a two-level plan's levels (the same on every rank; the all-reduce's
+    hierarchical levels are the same communicators)."""
+    return ("hierarchical", plan.topology.node_of, plan.topology.grid)
+
+
+def _collective(t: transport.Transport, plan: ShardPlan) -> bool:
+    """Whether the plan's steps call MPI's collectives or split t first (blocking)."""
+    return plan.schedule.native or plan.schedule.two_level and not t.has_split(_layout(plan))
 
 
 def _native(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
@@ -459,7 +525,8 @@ def _start(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, comm: MP
     return start(Call(ctx, kind, _FIELDS, prepare,
                       lambda plan: _signature(plan, algorithm),
                       lambda plan: _shown(plan, algorithm),
-                      lambda plan: plan.schedule.native, lambda plan: False,
+                      lambda plan: _collective(ctx.transport, plan),
+                      lambda plan: plan.schedule.two_level and ctx.first_use([_layout(plan)]),
                       lambda plan, tag, _: _steps(ctx.transport, plan, tag),
                       lambda plan: plan.outcome(), settings.get().check), blocking)
 
@@ -511,7 +578,7 @@ class ShardedMethods:
 
     def _sharded_args(self) -> dict:
         """An all-reduce's algorithm or per-level codec means nothing here: "auto", none."""
-        algorithm = self.algorithm if self.algorithm in SHARDED else "auto"
+        algorithm = self.algorithm if is_sharded_algorithm(self.algorithm) else "auto"
         codec = self.codec
         if isinstance(codec, dict) and "id" not in codec:
             codec = None

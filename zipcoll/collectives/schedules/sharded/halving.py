@@ -15,7 +15,7 @@ run of blocks, so the power-of-two phase splits group ranges in half.
 log2(q) steps instead of the ring's p-1; each rank sends about as much as in the ring.
 Compressed, the reduce-scatter re-encodes its partial sums at every step, and the
 all-gather moves payloads only (each block encoded once by its owner, every rank
-decoding the same bytes).
+decoding the same bytes; the owner's block, too, becomes its decoding, as in the ring).
 """
 from __future__ import annotations
 
@@ -91,6 +91,8 @@ def doubling_allgather(t: Transport, buf: Any, blocks: list, enc: Encoding, tag:
         slots = Slots(t, 1, starts[-1], xp)
         wire = slots[0][:starts[-1]]
         _pack_into(enc, buf[slice(*blocks[r])], wire[slice(*bounds[r])], xp)
+        # the owner's block becomes what every other rank decodes (as the ring's settle)
+        enc.unpack(wire[slice(*bounds[r])], buf[slice(*blocks[r])])
     else:
         wire, bounds = buf, blocks
     try:
