@@ -554,3 +554,32 @@ def test_auto_takes_two_levels_across_slow_nodes(comm):
                                       topology=topology)
     assert np.allclose(request.wait(), comm.size, rtol=0.02)
     assert request.plan.schedule.name == "hierarchical", request.plan.name
+
+
+# -- bfloat16: float32 inside, rounded once ---------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_bfloat16(comm, algorithm):
+    p, r = comm.size, comm.rank
+    counts = [5 + 3 * j for j in range(p)]
+    parts = [rank_data(np.float32, sum(counts), j).astype(BFLOAT16) for j in range(p)]
+    if algorithm == "native":
+        with pytest.raises(TypeError, match="bfloat16"):
+            zipcoll.reduce_scatter(parts[r], counts=counts, comm=comm, algorithm=algorithm)
+    else:
+        got = zipcoll.reduce_scatter(parts[r], counts=counts, comm=comm, algorithm=algorithm)
+        exact = sum(_block(x, counts, r).astype(np.float64) for x in parts).astype(BFLOAT16)
+        assert got.dtype == BFLOAT16 and got.tobytes() == exact.tobytes()
+    mine = parts[r][:counts[r]]
+    gathered = zipcoll.allgather(mine, counts=counts, comm=comm, algorithm=algorithm,
+                                 codec="int8")
+    assert gathered.dtype == BFLOAT16
+    assert _block(gathered, counts, r).tobytes() == mine.tobytes(), "own block not exact"
+    for j in range(p):
+        want = parts[j][:counts[j]].astype(np.float32)
+        scale = np.abs(want).max()
+        assert np.allclose(_block(gathered, counts, j).astype(np.float32), want,
+                           atol=scale * (1 / 127 + 1 / 128), rtol=0)
+    others = comm.allgather({j: _block(gathered, counts, j).tobytes() for j in range(p)})
+    for j in range(p):  # every rank but j decoded block j alike
+        assert len({row[j] for k, row in enumerate(others) if k != j}) <= 1

@@ -316,9 +316,6 @@ def _check_compressible(kind: str, op: Any, dtype: np.dtype, codec: Codec) -> No
     if dtype not in FLOATS:
         raise TypeError(f"codec {codec.codec_id!r} compresses float16/32/64 and bfloat16, "
                         f"not {dtype}")
-    if kind == ALLGATHER and dtype == BFLOAT16:
-        raise TypeError(f"codec {codec.codec_id!r} in an all-gather takes float16/32/64; "
-                        "bfloat16 all-gathers are lossless only")
 
 
 def _auto(plan: ShardPlan, size: int, ctx: Context) -> tuple[ShardSchedule, ShardSchedule | None]:
@@ -400,7 +397,8 @@ _code = functools.lru_cache(maxsize=1024)(code)
 # -- the steps ----------------------------------------------------------------------------
 
 def _steps(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
-    if plan.schedule.native:
+    if plan.schedule.native and (plan.kind == REDUCE_SCATTER
+                                 or buffers.handed_to_mpi(plan.send or plan.recv)):
         return _native(t, plan, tag)
     if plan.kind == REDUCE_SCATTER:
         return _reduce_scatter(t, plan, tag)
@@ -438,17 +436,35 @@ def _reduce_scatter(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
 
 
 def _allgather(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
-    """The schedule on the receive buffer, this rank's block copied in first; a codec's
-    owner keeps its own block exact."""
+    """The schedule on the receive buffer, this rank's block copied in first. bfloat16
+    with a codec: on a float32 copy (what the codecs take), rounded once at the end."""
     buf = plan.recv.array[:plan.total]
-    if plan.dtype == BFLOAT16:
-        buf = buf.view(np.uint16)  # lossless: moved as bits
+    mine = slice(*plan.blocks[t.rank])
+    sent = None if plan.send is None else plan.send.array[:plan.counts[t.rank]]
+    if plan.dtype == BFLOAT16 and plan.codec is not None:
+        work = np.empty(plan.total, np.float32)
+        widen_bfloat16(buf[mine] if sent is None else sent, work[mine])
+        yield from _gathered(t, plan, work, tag)
+        round_to_bfloat16(work, buf)  # exact for the own block: it came from bfloat16
+        return
+    if plan.dtype == BFLOAT16:  # lossless: its bits (MPI has no bfloat16 type)
+        buf = buf.view(np.uint16)
+        sent = None if sent is None else sent.view(np.uint16)
+    if sent is not None:
+        buf[mine] = sent
+    yield from _gathered(t, plan, buf, tag)
+
+
+def _gathered(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int) -> Steps:
+    """The plan's all-gather on `buf`, whose own block is in place; with a codec the owner
+    keeps that block exact (the others hold its decoding, alike on every rank)."""
     own = buf[slice(*plan.blocks[t.rank])]
-    if plan.send is not None:
-        sent = plan.send.array[:own.size]
-        own[...] = sent.view(np.uint16) if plan.dtype == BFLOAT16 else sent
     exact = own.copy() if plan.codec is not None else None
-    yield from _run(t, plan, buf, tag)
+    if plan.schedule.native:
+        enc = None if plan.codec is None else _encoding(plan, t.rank, tag, t.size)
+        yield from plan.schedule.allgather(t, MPI.IN_PLACE, buf, plan.counts, enc, np)
+    else:
+        yield from _run(t, plan, buf, tag)
     if exact is not None:
         own[...] = exact
 
@@ -456,7 +472,7 @@ def _allgather(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
 def _run(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int, send: Any = None) -> Steps:
     """The plan's schedule on `buf` (flat: over t; two-level: over t's levels)."""
     rs, schedule = plan.kind == REDUCE_SCATTER, plan.schedule
-    if rs or plan.dtype != BFLOAT16:
+    if rs or plan.dtype != BFLOAT16 or plan.codec is not None:
         enc: Encoding = _encoding(plan, t.rank, tag, t.size)
     else:
         enc = Lossless(BY_NAME["bor"], np.uint16)  # bfloat16 gathered as its bits
@@ -488,7 +504,8 @@ def _collective(t: transport.Transport, plan: ShardPlan) -> bool:
 
 
 def _native(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
-    """MPI's own collective on the caller's buffers (as mpi4py would hand them over)."""
+    """MPI's own collective on the caller's buffers (as mpi4py would hand them over): every
+    reduce-scatter it runs, and all-gathers of device memory zipcoll cannot compute on."""
     send = MPI.IN_PLACE if plan.send is None else plan.send.array[:_sent(plan)]
     if plan.kind == REDUCE_SCATTER:
         recv = plan.recv.array[:plan.total if plan.send is None else plan.counts[t.rank]]
@@ -496,12 +513,9 @@ def _native(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
         if plan.mean:
             recv[:plan.counts[t.rank]] /= t.size
         return
-    recv = plan.recv.array[:plan.total]
-    if plan.dtype == BFLOAT16:  # MPI has no bfloat16: its bits
-        recv = recv.view(np.uint16)
-        send = send if send is MPI.IN_PLACE else send.view(np.uint16)
-    enc = None if plan.codec is None else _encoding(plan, t.rank, tag, t.size)
-    yield from plan.schedule.allgather(t, send, recv, plan.counts, enc, np)
+    # device memory only MPI reads: lossless, its own dtypes (bfloat16 stays on the host)
+    yield from plan.schedule.allgather(t, send, plan.recv.array[:plan.total], plan.counts,
+                                       None, np)
 
 
 def _sent(plan: ShardPlan) -> int:
