@@ -364,3 +364,7 @@ def _free_port() -> int:
 
 
 __all__ = ["HookState", "allreduce_hook", "ddp_comm_hook", "init_process_group", "rendezvous"]
+
+
+# FSDP2's collectives through zipcoll (zipcoll/fsdp.py), as zipcoll.torch.fsdp_collectives
+from zipcoll.fsdp import fsdp_collectives  # noqa: E402
