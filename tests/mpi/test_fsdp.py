@@ -73,8 +73,9 @@ def test_lossless_matches_fsdps_own(comm, weights, reshard, algorithm):
     for a, b in zip(mine, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # summed in another order
     layers = [v for k, v in set_up.items() if k]  # the root holds no parameters of its own
-    assert all(rs.calls == STEPS for rs, _ in layers)
-    if weights is not None:  # forward, and backward's re-gather where resharded
+    if comm.size > 1:  # (FSDP on one rank copies: it calls no collective)
+        assert all(rs.calls == STEPS for rs, _ in layers)
+    if weights is not None and comm.size > 1:  # forward, and backward's re-gather (resharded)
         assert all(ag.calls == STEPS * (2 if reshard else 1) for _, ag in layers)
 
 
@@ -95,11 +96,18 @@ def test_compressed_trains_close_to_lossless(comm, gradients, weights):
     ztorch.fsdp_collectives(ours, gradients=gradients, weights=weights)
     compressed = train(comm, ours)
     lossless = train(comm, make_model())
-    scale = max(np.abs(p).max() for p in lossless)
-    worst = max(np.abs(a - b).max() for a, b in zip(compressed, lossless))
+    scale, worst = _scale(lossless), _worst(compressed, lossless)
     assert worst < 0.05 * scale, worst
-    if comm.size > 1:
-        assert worst > 0, "no difference at all: is the codec used?"
+    if comm.size > 1:  # on some rank (a rank's shard of a small layer may be empty)
+        assert max(comm.allgather(worst)) > 0, "no difference at all: is the codec used?"
+
+
+def _scale(params: list[np.ndarray]) -> float:
+    return max((float(np.abs(p).max()) for p in params if p.size), default=1.0)
+
+
+def _worst(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max((float(np.abs(x - y).max()) for x, y in zip(a, b) if x.size), default=0.0)
 
 
 def test_mixed_precision_with_compressed_weights(comm):
@@ -109,8 +117,7 @@ def test_mixed_precision_with_compressed_weights(comm):
     ztorch.fsdp_collectives(ours, gradients="int8", weights="int8")
     compressed = train(comm, ours)
     lossless = train(comm, make_model(mp_policy=policy))
-    scale = max(np.abs(p).max() for p in lossless)
-    assert max(np.abs(a - b).max() for a, b in zip(compressed, lossless)) < 0.05 * scale
+    assert _worst(compressed, lossless) < 0.05 * _scale(lossless)
 
 
 def test_feedback_keys_per_module_and_per_wrap(comm):

@@ -323,8 +323,6 @@ def _auto(plan: ShardPlan, size: int, ctx: Context) -> tuple[ShardSchedule, Shar
     every flat one, and every two-level one over each flat inner one where the layout
     splits (the MPI library's own only where its op gives zipcoll's answer, so the answer
     never depends on the size)."""
-    if size == 1:
-        return SHARDED["native"], None
     profile = ctx.selector.profile
     shape = Shape.of(plan.topology)
     span = flat_span(shape, profile)
@@ -333,6 +331,8 @@ def _auto(plan: ShardPlan, size: int, ctx: Context) -> tuple[ShardSchedule, Shar
     n = float(plan.total * dtype.itemsize)
     native_ok = (plan.kind == ALLGATHER or plan.dtype != BFLOAT16
                  and native_agrees(plan.op, plan.work_dtype))
+    if size == 1:  # a copy
+        return SHARDED["native" if native_ok else "ring"], None
     rs = plan.kind == REDUCE_SCATTER
     flat = [s for s in SHARDED.values() if not s.two_level and (native_ok or not s.native)]
     priced = []
