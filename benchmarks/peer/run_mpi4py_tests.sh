@@ -7,6 +7,7 @@
 # exposing only __cuda_array_interface__) and its host arrays (array.array, NumPy).
 #
 #   benchmarks/peer/run_mpi4py_tests.sh [OUTPUT_FILE]
+#   SUITES=sharded benchmarks/peer/run_mpi4py_tests.sh benchmarks/results/peer/mpi4py-4.1.2-sharded.txt
 #
 # Needs the sdist: downloaded once into ${MPI4PY_SDIST_DIR:-$HOME/.cache/zipcoll-peer}.
 # (`pip download --no-binary=:all:` builds setuptools/Cython from source too, which takes
@@ -34,11 +35,11 @@ status=0
     echo "# mpi4py $VERSION test_cco_buf.py + test_cco_nb_buf.py, testAllreduce (blocking,"
     echo "# in place, Iallreduce) on COMM_SELF, COMM_WORLD and their Dups: 12 tests a run;"
     echo "# suite sharded: testAllgather, testReduceScatter, testReduceScatterBlock: 36 a run"
-    echo "# command: MPI4PY_SDIST_DIR=$CACHE benchmarks/peer/run_mpi4py_tests.sh $OUTPUT"
+    echo "# command: SUITES=\"${SUITES:-allreduce sharded}\" MPI4PY_SDIST_DIR=$CACHE benchmarks/peer/run_mpi4py_tests.sh $OUTPUT"
     echo "# date: $(date -u +%FT%TZ); $(mpiexec --version 2>&1 | head -1); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
     printf '%-9s %-6s %-14s %-22s %s\n' suite ranks algorithm backends "result (per rank)"
 } > "$OUTPUT"
-for suite in allreduce sharded; do
+for suite in ${SUITES:-allreduce sharded}; do
   names=$ALGORITHMS; [ $suite = sharded ] && names=$SHARDED_ALGORITHMS
   for ranks in 3 4; do
     for backends in FakeGPU ArrayArray,ArrayNumPy; do

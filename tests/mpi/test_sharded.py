@@ -583,3 +583,18 @@ def test_bfloat16(comm, algorithm):
     others = comm.allgather({j: _block(gathered, counts, j).tobytes() for j in range(p)})
     for j in range(p):  # every rank but j decoded block j alike
         assert len({row[j] for k, row in enumerate(others) if k != j}) <= 1
+
+
+# -- the benchmark's validation (not its times) ---------------------------------------------
+
+@pytest.mark.parametrize("kind, args", [
+    ("reduce-scatter", ["-a", "ring", "--codec", "int8"]),
+    ("reduce-scatter", ["-a", "halving", "-d", "int32", "--op", "max"]),
+    ("allgather", ["-a", "native", "--codec", "threshold:tau=0.5"]),
+    ("allgather", ["-a", "hierarchical", "--codec", "int4"])])
+def test_bench_validates(comm, kind, args, capsys):
+    from zipcoll.bench.sharded_bench import main_for
+
+    assert main_for(kind, ["-m", "1K:8K", "-i", "2", "-x", "1", "-c", *args]) == 0
+    if comm.rank == 0:
+        assert "# Validation: PASS" in capsys.readouterr().out
