@@ -322,6 +322,17 @@ def test_ranks_that_disagree_all_raise(comm, kind, what):
 
 
 @pytest.mark.skipif(P == 1, reason="needs two ranks to disagree")
+def test_an_allreduce_against_a_reduce_scatter_raises_on_every_rank(comm):
+    x = np.ones(4 * comm.size, np.float32)
+    if comm.rank == 0:
+        call = lambda: zipcoll.allreduce(x, comm=comm, algorithm="ring")  # noqa: E731
+    else:
+        call = lambda: zipcoll.reduce_scatter(x, comm=comm, algorithm="ring")  # noqa: E731
+    _every_rank_raises(comm, call)
+    assert np.array_equal(zipcoll.allreduce(x, comm=comm), x * comm.size)  # still in step
+
+
+@pytest.mark.skipif(P == 1, reason="needs two ranks to disagree")
 def test_allgather_send_sizes_that_differ_without_counts(comm):
     x = np.ones(3 + (comm.rank == 0), np.float32)
     _every_rank_raises(comm, lambda: zipcoll.allgather(x, comm=comm))
