@@ -197,28 +197,35 @@ def make_shard_plan(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
     recv = _checked_recv(kind, send, recv, blocks, rank)
     plan = ShardPlan(kind, send, recv, recvbuf, blocks, rank, reduce_op, schedule,
                      flat, key, mean, topology, inner)
-    native_only = to_mpi or not isinstance(reduce_op, ReduceOp)
-    if native_only:
-        if dtype == BFLOAT16:
-            raise TypeError("a user-defined MPI.Op cannot reduce bfloat16 (MPI has no "
-                            "bfloat16 type); use a predefined op, or pass float32")
-        plan.schedule = SHARDED["native"]
-    elif schedule is None:
-        plan.schedule, plan.inner = _auto(plan, size, ctx)
-    else:
-        if schedule.two_level:
-            schedule.split(topology)  # ValueError where the layout does not fit
-            plan.inner = inner or SHARDED["ring"]
-        carrier = plan.inner or schedule
-        if flat is not None and not carrier.accepts(flat, kind):
-            takers = [s.name for s in SHARDED.values() if s.accepts(flat, kind)]
-            raise ValueError(f"algorithm {plan.name!r} cannot carry codec "
-                             f"{flat.codec_id!r} in a {kind}; algorithms that can: "
-                             f"{', '.join(takers) or 'none'}")
-        if schedule.native and kind == REDUCE_SCATTER and dtype == BFLOAT16:
-            raise TypeError("the MPI library's own reduce-scatter has no bfloat16 type; "
-                            "use another algorithm (or 'auto')")
+    _choose(plan, schedule, to_mpi, size, ctx)
     return plan
+
+
+def _choose(plan: ShardPlan, schedule: ShardSchedule | None, to_mpi: bool, size: int,
+            ctx: Context) -> None:
+    """The plan's schedule: MPI's own where only MPI can run it (device memory zipcoll
+    cannot compute on, a user-defined op), auto's, or the one asked for, checked."""
+    if to_mpi or not isinstance(plan.op, ReduceOp):
+        if plan.dtype == BFLOAT16:
+            raise TypeError("MPI has no bfloat16 type: a user-defined MPI.Op or GPU memory "
+                            "without CuPy cannot take bfloat16 here; pass float32")
+        plan.schedule, plan.inner = SHARDED["native"], None
+        return
+    if schedule is None:
+        plan.schedule, plan.inner = _auto(plan, size, ctx)
+        return
+    if schedule.two_level:
+        schedule.split(plan.topology)  # ValueError where the layout does not fit
+        plan.inner = plan.inner or SHARDED["ring"]
+    carrier = plan.inner or schedule
+    if plan.codec is not None and not carrier.accepts(plan.codec, plan.kind):
+        takers = [s.name for s in SHARDED.values() if s.accepts(plan.codec, plan.kind)]
+        raise ValueError(f"algorithm {plan.name!r} cannot carry codec "
+                         f"{plan.codec.codec_id!r} in a {plan.kind}; algorithms that can: "
+                         f"{', '.join(takers) or 'none'}")
+    if schedule.native and plan.kind == REDUCE_SCATTER and plan.dtype == BFLOAT16:
+        raise TypeError("the MPI library's own reduce-scatter has no bfloat16 type; "
+                        "use another algorithm (or 'auto')")
 
 
 def _parse(algorithm: Any) -> tuple[ShardSchedule | None, ShardSchedule | None]:
