@@ -609,3 +609,36 @@ def test_bench_validates(comm, kind, args, capsys):
     assert main_for(kind, ["-m", "1K:8K", "-i", "2", "-x", "1", "-c", *args]) == 0
     if comm.rank == 0:
         assert "# Validation: PASS" in capsys.readouterr().out
+
+
+# -- buffer kinds ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_buffer_kind(comm, algorithm):
+    """Host buffers of every kind, host memory posing as a GPU's (`FakeCUDA`: MPI's own,
+    as mpi4py would call it), and the CUDA simulator's device arrays."""
+    from numba import cuda
+
+    from arrays import KINDS, FakeCUDA, view
+
+    p, r = comm.size, comm.rank
+    x = np.arange(4 * p, dtype=np.uint8) + r
+    want_rs = np.zeros(4, np.uint8)
+    comm.Reduce_scatter_block(x, want_rs)
+    want_ag = np.concatenate([np.arange(4, dtype=np.uint8) + j for j in range(p)])
+    for kind in KINDS:
+        if kind.supports(x.dtype):
+            recv = kind.make(np.zeros(4, np.uint8))
+            zipcoll.reduce_scatter(kind.make(x), recv, comm=comm, algorithm=algorithm)
+            assert np.array_equal(view(recv), want_rs), kind.name
+            gathered = kind.make(np.zeros(4 * p, np.uint8))
+            zipcoll.allgather(kind.make(x[:4].copy()), gathered, comm=comm, algorithm=algorithm)
+            assert np.array_equal(view(gathered), want_ag), kind.name
+    out = np.zeros(4, np.uint8)
+    zipcoll.reduce_scatter(FakeCUDA(x), FakeCUDA(out), comm=comm, algorithm=algorithm)
+    assert np.array_equal(out, want_rs)
+    gathered = np.zeros(4 * p, np.uint8)
+    zipcoll.allgather(FakeCUDA(x[:4].copy()), FakeCUDA(gathered), comm=comm, algorithm=algorithm)
+    assert np.array_equal(gathered, want_ag)
+    device = zipcoll.reduce_scatter(cuda.to_device(x), comm=comm, algorithm=algorithm)
+    assert np.array_equal(device.copy_to_host(), want_rs)
