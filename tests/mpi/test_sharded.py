@@ -402,7 +402,7 @@ def comms(comm):
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "native", "halving", "auto"])
-def test_calls_on_two_communicators_in_per_rank_orders(comms, algorithm):
+def test_calls_on_two_communicators_in_per_rank_orders(comms, algorithm, check):
     a_comm, b_comm = comms
     p = a_comm.size
     starts = [lambda: zipcoll.ireduce_scatter(np.full(8 * p, 1.0), comm=a_comm,
@@ -418,7 +418,13 @@ def test_calls_on_two_communicators_in_per_rank_orders(comms, algorithm):
     assert np.array_equal(got[2], np.full(7, 3.0 * p))
 
 
-def test_many_calls_on_one_communicator_match_in_start_order(comm):
+@pytest.fixture(params=["1", "0"], ids=["checked", "unchecked"])
+def check(request, zipcoll_env):
+    zipcoll_env(ZIPCOLL_CHECK=request.param)
+    return request.param
+
+
+def test_many_calls_on_one_communicator_match_in_start_order(comm, check):
     p = comm.size
     algorithms = ["native", "ring", "halving", "native", "auto", "ring"]
     requests = []
