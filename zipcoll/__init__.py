@@ -5,6 +5,7 @@
 
     total = zipcoll.allreduce(np.ones(1 << 20, np.float32), algorithm="ring")
     approx = zipcoll.allreduce(x, algorithm="hierarchical", codec="int8", key="grad")
+    shard = zipcoll.reduce_scatter(x, codec="int8")   # and zipcoll.allgather(shard)
     comm = zipcoll.Intracomm(MPI.COMM_WORLD)   # drop-in: comm.Allreduce(...) is zipcoll's
     zipcoll.configure(slice_bytes="4M")        # or ZIPCOLL_SLICE_BYTES=4M (docs/settings.md)
 
@@ -13,8 +14,10 @@
 import importlib
 
 from zipcoll.codecs import get_codec, list_codecs
-from zipcoll.collectives import (ALGORITHMS, SCHEDULES, Intracomm, Request, allreduce,
-                                 explain, iallreduce, sparse_allgather, sparse_allreduce)
+from zipcoll.collectives import (ALGORITHMS, SCHEDULES, SHARDED, SHARDED_ALGORITHMS, Intracomm,
+                                 Request, allgather, allreduce, explain, iallgather, iallreduce,
+                                 ireduce_scatter, reduce_scatter, sparse_allgather,
+                                 sparse_allreduce)
 from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyError, ZipcollError
@@ -34,8 +37,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "ALGORITHMS", "CodecNotApplied", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
-    "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "configure",
-    "explain", "feedback",
-    "get_codec", "iallreduce", "list_codecs", "sparse_allgather", "sparse_allreduce",
+    "SCHEDULES", "SHARDED", "SHARDED_ALGORITHMS", "Topology", "ZipcollError", "abort_on_error",
+    "allgather", "allreduce", "configure", "explain", "feedback",
+    "get_codec", "iallgather", "iallreduce", "ireduce_scatter", "list_codecs", "reduce_scatter",
+    "sparse_allgather", "sparse_allreduce",
     "testall", "waitall", "waitany",
 ]

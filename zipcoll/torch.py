@@ -62,6 +62,7 @@ from zipcoll.collectives import allreduce, iallreduce
 from zipcoll.collectives.encoding import FEEDBACK
 from zipcoll.topologies import Topology
 from zipcoll.transport import allgather_objects, bcast_object
+from zipcoll.fsdp import fsdp_collectives  # zipcoll.torch.fsdp_collectives: FSDP2 through zipcoll
 
 _hooks = itertools.count()  # each hook's residuals live under its own number
 
@@ -363,4 +364,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-__all__ = ["HookState", "allreduce_hook", "ddp_comm_hook", "init_process_group", "rendezvous"]
+__all__ = ["HookState", "allreduce_hook", "ddp_comm_hook", "fsdp_collectives", "init_process_group",
+           "rendezvous"]
+

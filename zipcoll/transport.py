@@ -143,6 +143,19 @@ class Transport:
         `op`), of at most max_count() items: the caller chunks larger ones."""
         return self.comm.Iallreduce(send, recv, op)
 
+    def ireduce_scatter_native(self, send: Any, recv: Any, counts: list[int],
+                               op: MPI.Op) -> MPI.Request:
+        """The MPI library's own Ireduce_scatter (typed by mpi4py, so MPI applies `op`):
+        `send` (or MPI.IN_PLACE: `recv` holds every block) -> `recv`, counts[i] to rank i."""
+        return self.comm.Ireduce_scatter(send, recv, [int(c) for c in counts], op)
+
+    def iallgatherv_native(self, send: Any, recv: Any, counts: list[int]) -> MPI.Request:
+        """The MPI library's own Iallgatherv of typed items (`send` may be MPI.IN_PLACE),
+        counts[i] from rank i, in rank order, contiguous in `recv`."""
+        counts = [int(c) for c in counts]
+        displacements = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(int).tolist()
+        return self.comm.Iallgatherv(send, [recv, (counts, displacements)])
+
     def iallgatherv(self, send: Any, recv: Any, counts: list[int]) -> MPI.Request:
         """Start gathering every rank's bytes (counts[i] from rank i) into `recv`, in rank order."""
         counts = [int(c) for c in counts]

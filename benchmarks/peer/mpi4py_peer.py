@@ -1,9 +1,13 @@
-"""mpi4py's own Allreduce/Iallreduce tests, run on zipcoll.Intracomm.
+"""mpi4py's own Allreduce/Iallreduce tests (or its Allgather / ReduceScatter /
+ReduceScatterBlock ones), run on zipcoll.Intracomm.
 
 Run under mpiexec with mpi4py's sdist `test/` folder on the command line:
 
-    mpiexec -n 4 python benchmarks/peer/mpi4py_peer.py TESTDIR ALGORITHM [BACKENDS]
+    mpiexec -n 4 python benchmarks/peer/mpi4py_peer.py TESTDIR ALGORITHM [BACKENDS [SUITE]]
 
+SUITE: "allreduce" (default) or "sharded" (testAllgather, testReduceScatter,
+testReduceScatterBlock, blocking and non-blocking: ALGORITHM then names a schedule of
+`zipcoll.SHARDED`).
 ALGORITHM: a zipcoll algorithm name, or "mpi4py" for mpi4py's own Intracomm (the
 baseline). BACKENDS: a comma-separated list of mpi4py's array backends (arrayimpl.py),
 by class name prefix: "FakeGPU" (default: host arrays exposing only
@@ -21,7 +25,8 @@ import unittest
 
 from mpi4py import MPI
 
-TESTS = ("testAllreduce", "testIallreduce")
+SUITES = {"allreduce": ("testAllreduce", "testIallreduce"),
+          "sharded": ("testAllgather", "testReduceScatter", "testReduceScatterBlock")}
 MODULES = ("test_cco_buf", "test_cco_nb_buf")
 
 
@@ -58,7 +63,7 @@ def _substitute(case: type, algorithm: str) -> None:
         case.COMM = _wrap(case.COMM, algorithm)
 
 
-def suite(algorithm: str) -> unittest.TestSuite:
+def suite(algorithm: str, names: tuple[str, ...] = SUITES["allreduce"]) -> unittest.TestSuite:
     import importlib
 
     tests = unittest.TestSuite()
@@ -70,16 +75,17 @@ def suite(algorithm: str) -> unittest.TestSuite:
             if getattr(case, "COMM", MPI.COMM_NULL) == MPI.COMM_NULL and "setUp" not in vars(case):
                 continue
             _substitute(case, algorithm)
-            tests.addTests(case(t) for t in TESTS if hasattr(case, t))
+            tests.addTests(case(t) for t in names if hasattr(case, t))
     return tests
 
 
 def main() -> int:
     testdir, algorithm = sys.argv[1], sys.argv[2]
     prefixes = (sys.argv[3] if len(sys.argv) > 3 else "FakeGPU").split(",")
+    names = SUITES[sys.argv[4] if len(sys.argv) > 4 else "allreduce"]
     sys.path.insert(0, testdir)
     _backends(prefixes)
-    tests = suite(algorithm)
+    tests = suite(algorithm, names)
     result = unittest.TextTestRunner(stream=open("/dev/null", "w"), verbosity=0).run(tests)
     failed = len(result.failures) + len(result.errors)
     details = "".join(f"\n  {t.id()}: {err.strip().splitlines()[-1]}"

@@ -24,6 +24,10 @@ COMMANDS = {
                  "predicted data-parallel step time and scaling on clusters we do not have"),
     "autocheck": ("zipcoll.bench.autocheck",
                   "algorithm='auto' beside every plan it could have picked, measured"),
+    "reduce-scatter": ("zipcoll.bench.reduce_scatter_bench",
+                       "OSU's reduce-scatter table of one algorithm/codec beside MPI's own"),
+    "allgather": ("zipcoll.bench.allgather_bench",
+                  "OSU's all-gather table of one algorithm/codec beside MPI's own"),
 }
 
 

@@ -27,6 +27,7 @@ from zipcoll.collectives.dispatch import split_keys, steps_for, uses_collectives
 from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import Plan, make_plan
 from zipcoll.collectives.progress import Request
+from zipcoll.collectives.sharded import ShardedMethods, is_sharded_algorithm
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
 from zipcoll.failures import abort_on_error
@@ -164,8 +165,12 @@ def _layout_text(topology: Topology) -> str:
 _code = functools.lru_cache(maxsize=1024)(code)
 
 
-class Intracomm(MPI.Intracomm):
-    """An mpi4py Intracomm over the same communicator whose Allreduce/Iallreduce are zipcoll's.
+class Intracomm(ShardedMethods, MPI.Intracomm):
+    """An mpi4py Intracomm over the same communicator whose Allreduce/Iallreduce are zipcoll's,
+    and its Reduce_scatter(_block)/Allgather(v) and their I-forms (`ShardedMethods`).
+
+    `algorithm` names a schedule of either table (all-reduce or reduce-scatter/all-gather);
+    the collectives of the other table run "auto".
 
     Existing mpi4py code switches by wrapping its communicator and changing nothing else:
 
@@ -175,7 +180,8 @@ class Intracomm(MPI.Intracomm):
 
     def __new__(cls, comm: MPI.Intracomm | None = None, algorithm: str = "auto",
                 codec: Any = None):
-        registry.parse(algorithm)  # ValueError now, not at the first call
+        if not is_sharded_algorithm(algorithm):
+            registry.parse(algorithm)  # ValueError now, not at the first call
         self = super().__new__(cls, MPI.COMM_WORLD if comm is None else comm)
         self.algorithm = algorithm
         self.codec = codec
@@ -228,13 +234,21 @@ class Intracomm(MPI.Intracomm):
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
         """Like MPI.Intracomm.Allreduce, with zipcoll's algorithm and codec."""
-        allreduce(sendbuf, recvbuf, op=op, comm=self, algorithm=self.algorithm,
+        allreduce(sendbuf, recvbuf, op=op, comm=self, algorithm=self._allreduce_algorithm(),
                   codec=self.codec)
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:
         """Like MPI.Intracomm.Iallreduce; returns a zipcoll.Request (Test/Wait)."""
-        return iallreduce(sendbuf, recvbuf, op=op, comm=self, algorithm=self.algorithm,
-                          codec=self.codec)
+        return iallreduce(sendbuf, recvbuf, op=op, comm=self,
+                          algorithm=self._allreduce_algorithm(), codec=self.codec)
+
+    def _allreduce_algorithm(self) -> str:
+        """The communicator's algorithm, or "auto" where it names a reduce-scatter one only."""
+        try:
+            registry.parse(self.algorithm)
+        except ValueError:
+            return "auto"
+        return self.algorithm
 
 
 __all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "explain", "iallreduce"]

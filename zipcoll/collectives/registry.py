@@ -76,15 +76,16 @@ class Schedule:
 
 
 class _Registry(Mapping):
-    """name -> Schedule, filled by importing every module of collectives/schedules."""
+    """name -> Schedule, filled by importing every module of a package of schedules."""
 
-    def __init__(self) -> None:
-        self._schedules: dict[str, Schedule] = {}
+    def __init__(self, package: str = "zipcoll.collectives.schedules") -> None:
+        self._schedules: dict[str, Any] = {}
         self._loaded = False
+        self._package = package
 
     def add(self, schedule: Schedule) -> Schedule:
         held = self._schedules.get(schedule.name)
-        if held is not None and held.run is not schedule.run:
+        if held is not None and held != schedule:
             raise ValueError(f"schedule {schedule.name!r} is already registered")
         self._schedules[schedule.name] = schedule
         return schedule
@@ -92,29 +93,78 @@ class _Registry(Mapping):
     def _load(self) -> dict[str, Schedule]:
         if not self._loaded:
             self._loaded = True
-            from zipcoll.collectives import schedules
-
-            for module in pkgutil.iter_modules(schedules.__path__):
-                importlib.import_module(f"{schedules.__name__}.{module.name}")
+            package = importlib.import_module(self._package)
+            for module in pkgutil.iter_modules(package.__path__):
+                if not module.ispkg:  # a package inside is a table of its own (sharded/)
+                    importlib.import_module(f"{package.__name__}.{module.name}")
         return self._schedules
 
     def __getitem__(self, name: str) -> Schedule:
         return self._load()[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._load(), key=_listing_order))
+        schedules = self._load()
+        return iter(sorted(schedules, key=lambda name: _listing_order(schedules[name])))
 
     def __len__(self) -> int:
         return len(self._load())
 
 
-def _listing_order(name: str) -> tuple[int, str]:
+def _listing_order(schedule: Any) -> tuple[int, str]:
     """native first, then flat schedules, then two-level ones; alphabetical within."""
-    schedule = SCHEDULES._schedules[name]
-    return (0 if schedule.native else 2 if schedule.two_level else 1, name)
+    return (0 if schedule.native else 2 if schedule.two_level else 1, schedule.name)
 
 
 SCHEDULES = _Registry()
+
+
+@dataclass(frozen=True)
+class ShardSchedule:
+    """One reduce-scatter / all-gather schedule: both directions, their properties and costs.
+
+    `reduce_scatter(t, work, blocks, enc, tag, xp, send=None)`: afterwards
+    `work[slice(*blocks[t.rank])]` holds the reduction of every rank's block t.rank (read
+    from `send`, else from `work`; the rest of `work` is scratch).
+    `allgather(t, buf, blocks, enc, tag, xp)`: `buf[slice(*blocks[t.rank])]` holds this
+    rank's block; afterwards every rank's block is in place (a codec's decoding; the
+    caller puts its own exact block back). Two-level ones take `Levels` for `t` and a
+    pair of encodings (level 1 lossless, level 2 the codec's) for `enc`.
+    `cost_rs` / `cost_ag`: ``(n bytes of the whole vector, span, work, codec) -> seconds``
+    (two-level: ``(n, rows, columns, work, codec)``, rows the node level).
+    The other fields mean what they mean on `Schedule`.
+    """
+
+    name: str
+    reduce_scatter: ScheduleFunction
+    allgather: ScheduleFunction
+    summary: str
+    codecs: bool = True
+    per_hop: bool = False
+    fixed_size_payloads: bool = True
+    two_level: bool = False
+    native: bool = False
+    split: Callable[..., Any] | None = None
+    cost_rs: Callable[..., float] | None = None
+    cost_ag: Callable[..., float] | None = None
+
+    def accepts(self, codec: Any, collective: str) -> bool:
+        """Whether this schedule's `collective` ("reduce-scatter"/"all-gather") can carry `codec`
+        (MPI's own reduce-scatter applies its op itself: lossless only)."""
+        if not self.codecs or self.native and collective == "reduce-scatter":
+            return False
+        if self.fixed_size_payloads and not codec.fixed_size:
+            return False
+        rescaling = codec.sparse and codec.unbiased
+        return not (self.per_hop and rescaling and collective == "reduce-scatter")
+
+
+# name -> ShardSchedule: the modules of collectives/schedules/sharded/, each registering one
+SHARDED = _Registry("zipcoll.collectives.schedules.sharded")
+
+
+def register_sharded(schedule: ShardSchedule) -> ShardSchedule:
+    """Add `schedule` to `SHARDED` (called by each module of schedules/sharded/ at import)."""
+    return SHARDED.add(schedule)
 
 
 def register(schedule: Schedule) -> Schedule:
