@@ -14,7 +14,8 @@ import importlib
 
 from zipcoll.codecs import get_codec, list_codecs
 from zipcoll.collectives import (ALGORITHMS, SCHEDULES, Intracomm, Request, allreduce,
-                                 iallreduce, sparse_allgather, sparse_allreduce)
+                                 iallreduce, save_profile, sparse_allgather,
+                                 sparse_allreduce)
 from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
 from zipcoll.errors import CodecNotApplied, MismatchError, MissingDependencyError, ZipcollError
@@ -37,6 +38,6 @@ __all__ = [
     "ALGORITHMS", "CodecNotApplied", "Intracomm", "MismatchError", "MissingDependencyError", "Request",
     "SCHEDULES", "Topology", "ZipcollError", "abort_on_error", "allreduce", "configure",
     "explain", "feedback",
-    "get_codec", "iallreduce", "list_codecs", "sparse_allgather", "sparse_allreduce",
+    "get_codec", "iallreduce", "list_codecs", "save_profile", "sparse_allgather", "sparse_allreduce",
     "testall", "waitall", "waitany",
 ]

@@ -23,9 +23,11 @@ from zipcoll.collectives.agreement import code
 from zipcoll.collectives.call import Call, start
 from zipcoll.collectives.progress import check_threads
 from zipcoll.collectives.context import Context, context_for
-from zipcoll.collectives.dispatch import split_keys, steps_for, uses_collectives
+from zipcoll.collectives.dispatch import (shape_uses_collectives, split_keys, steps_for,
+                                          uses_collectives)
 from zipcoll.collectives.ops import op_code
-from zipcoll.collectives.plan import Plan, make_plan
+from zipcoll.collectives.plan import Plan, make_plan, with_shape
+from zipcoll.collectives.planning.tuning import key_of
 from zipcoll.collectives.progress import Request
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
@@ -85,13 +87,44 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
                           stacklevel=2)
         return plan
 
+    check = checks_enabled()
+    tuning = check and settings.get().tune  # online tuning needs the agreement
     return start(Call(ctx, "all-reduce", _FIELDS, prepare,
                       lambda plan: _signature(plan, algorithm),
                       lambda plan: _shown(plan, algorithm),
-                      lambda plan: uses_collectives(ctx.transport, plan),
+                      lambda plan: _collective(ctx, plan, tuning),
                       lambda plan: ctx.first_use(split_keys(plan)),
                       lambda plan, tag, _: steps_for(ctx.transport, plan, tag),
-                      lambda plan: plan.outcome(), checks_enabled()), blocking)
+                      lambda plan: plan.outcome(), check,
+                      (lambda plan, turn: _tuned(ctx, plan, turn)) if tuning else None), blocking)
+
+
+def _kind(plan: Plan) -> tuple:
+    """The tuning's kind of an auto call (`planning.tuning.key_of`)."""
+    nbytes, op, native, _, codec = plan.auto
+    return key_of(nbytes, plan.work_dtype, op, codec, plan.topology, native)
+
+
+def _collective(ctx: Context, plan: Plan, tuning: bool) -> bool:
+    """Whether the call may run MPI collectives: its plan, or (tuned) any plan it may get."""
+    if uses_collectives(ctx.transport, plan):
+        return True
+    if not tuning or plan.auto is None:
+        return False
+    return any(shape_uses_collectives(ctx.transport, plan.topology, shape)
+               for shape in ctx.tuner.possible(_kind(plan), ctx.selector.profile))
+
+
+def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:
+    """The plan online tuning gives call `turn` (after its agreement is read)."""
+    if plan is None or plan.auto is None:
+        return plan
+    nbytes, op, native, _, codec = plan.auto
+    shape = ctx.tuner.decide(turn, _kind(plan), ctx.selector.profile, nbytes)
+    if shape is None or shape == ctx.selector.choose(nbytes, plan.topology, codec,
+                                                     plan.work_dtype, op, native):
+        return plan
+    return with_shape(plan, shape)
 
 
 def _topology(ctx: Context, topology: Topology | None) -> Topology:
@@ -136,6 +169,17 @@ def _layout_text(topology: Topology) -> str:
 
 
 _code = functools.lru_cache(maxsize=1024)(code)
+
+
+def save_profile(path: str, comm: MPI.Intracomm = MPI.COMM_WORLD) -> None:
+    """Write the profile `auto` uses on `comm` with what it learned online (measured plans,
+    the JSON of ``zipcoll-bench calibrate --plans``) to `path`, on rank 0: a later job
+    with ZIPCOLL_PROFILE=path starts tuned. Every rank holds the same learned times (they
+    are agreed); collective only on a communicator's first use."""
+    ctx = context_for(comm)
+    profile = ctx.tuner.profile(ctx.selector.profile)
+    if ctx.transport.rank == 0:
+        profile.save(path)
 
 
 class Intracomm(MPI.Intracomm):
@@ -211,4 +255,4 @@ class Intracomm(MPI.Intracomm):
                           codec=self.codec)
 
 
-__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "iallreduce"]
+__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "iallreduce", "save_profile"]
