@@ -27,7 +27,6 @@ from zipcoll.collectives.dispatch import (shape_uses_collectives, split_keys, st
                                           uses_collectives)
 from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import Plan, make_plan, with_shape
-from zipcoll.collectives.planning.tuning import key_of
 from zipcoll.collectives.progress import Request
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
@@ -77,18 +76,22 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     check_threads()
     ctx = context_for(comm)
     abort_on_error.install()
+    check = checks_enabled()
+    tuning = check and settings.get().tune  # online tuning needs the agreement
 
     def prepare() -> Plan:
         plan = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
                          _topology(ctx, topology), ctx.selector)
         if plan.dropped is not None and not ctx.warned_codec_dropped:
             ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
-            warnings.warn(codec_not_applied(plan, ctx.selector.profile), CodecNotApplied,
-                          stacklevel=2)
+            text = codec_not_applied(plan, ctx.selector.profile)
+            if tuning and ctx.tuner.kind(plan.auto[5], ctx.selector.profile):  # alike everywhere
+                text += (" auto is also timing plans that carry the codec on this job's first "
+                         "calls of this size (online tuning): it applies the codec if one of "
+                         "them is the fastest.")
+            warnings.warn(text, CodecNotApplied, stacklevel=2)
         return plan
 
-    check = checks_enabled()
-    tuning = check and settings.get().tune  # online tuning needs the agreement
     return start(Call(ctx, "all-reduce", _FIELDS, prepare,
                       lambda plan: _signature(plan, algorithm),
                       lambda plan: _shown(plan, algorithm),
@@ -99,12 +102,6 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
                       (lambda plan, turn: _tuned(ctx, plan, turn)) if tuning else None), blocking)
 
 
-def _kind(plan: Plan) -> tuple:
-    """The tuning's kind of an auto call (`planning.tuning.key_of`)."""
-    nbytes, op, native, _, codec = plan.auto
-    return key_of(nbytes, plan.work_dtype, op, codec, plan.topology, native)
-
-
 def _collective(ctx: Context, plan: Plan, tuning: bool) -> bool:
     """Whether the call may run MPI collectives: its plan, or (tuned) any plan it may get."""
     if uses_collectives(ctx.transport, plan):
@@ -112,15 +109,15 @@ def _collective(ctx: Context, plan: Plan, tuning: bool) -> bool:
     if not tuning or plan.auto is None:
         return False
     return any(shape_uses_collectives(ctx.transport, plan.topology, shape)
-               for shape in ctx.tuner.possible(_kind(plan), ctx.selector.profile))
+               for shape in ctx.tuner.possible(plan.auto[5], ctx.selector.profile))
 
 
 def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:
     """The plan online tuning gives call `turn` (after its agreement is read)."""
     if plan is None or plan.auto is None:
         return plan
-    nbytes, op, native, _, codec = plan.auto
-    shape = ctx.tuner.decide(turn, _kind(plan), ctx.selector.profile, nbytes)
+    nbytes, op, native, _, codec, kind = plan.auto
+    shape = ctx.tuner.decide(turn, kind, ctx.selector.profile, nbytes)
     if shape is None or shape == ctx.selector.choose(nbytes, plan.topology, codec,
                                                      plan.work_dtype, op, native):
         return plan

@@ -21,6 +21,7 @@ from zipcoll.buffers import Buffer
 from zipcoll.collectives import encoding, registry
 from zipcoll.collectives.planning.plans import PlanShape, codec_idle, codec_spec
 from zipcoll.collectives.planning.selector import Selector, default_inner, schedules_for
+from zipcoll.collectives.planning.tuning import key_of
 from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
                                      lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
@@ -52,8 +53,9 @@ class Plan:
     reason: str = ""  # why the schedule differs from the one asked for, if it must
     # auto sent lossless although a codec was passed: (codec, bytes, op, native) as priced
     dropped: tuple | None = None
-    # auto's plan: (bytes, op, native, level-1 codec, flat codec) it was priced with (the
-    # codecs the caller allowed); None where the caller named the algorithm
+    # auto's plan: (bytes, op, native, level-1 codec, flat codec, tuning kind) it was
+    # priced with (the codecs the caller allowed; `planning.tuning.key_of`); None where
+    # the caller named the algorithm
     auto: tuple | None = None
 
     @property
@@ -298,7 +300,8 @@ def _choose(plan: Plan, nbytes: int, selector: Selector) -> None:
     """
     op = "sum" if plan.op is SUM else plan.op.name
     native = native_agrees(plan.op, plan.work_dtype)  # bfloat16 reduces as float32
-    plan.auto = (nbytes, op, native, plan.intra_codec, plan.codec)
+    plan.auto = (nbytes, op, native, plan.intra_codec, plan.codec,
+                 key_of(nbytes, plan.work_dtype, op, plan.codec, plan.topology, native))
     plan.schedule, plan.inner, compress = schedules_for(nbytes, plan.topology, plan.codec,
                                                         plan.work_dtype, op, selector, native)
     if not compress:
@@ -310,7 +313,7 @@ def _choose(plan: Plan, nbytes: int, selector: Selector) -> None:
 def with_shape(plan: Plan, shape: PlanShape) -> Plan:
     """auto's `plan` running `shape` instead (online tuning: one of the plans the model
     ranked for the same arguments); its codecs only those the caller allowed."""
-    nbytes, op, native, intra_codec, codec = plan.auto
+    nbytes, op, native, intra_codec, codec, _ = plan.auto
     new = dataclasses.replace(plan, schedule=SCHEDULES[shape.algorithm],
                               inner=SCHEDULES[shape.inner] if shape.inner else None,
                               codec=codec, intra_codec=intra_codec, dropped=None)

@@ -38,6 +38,7 @@ first choice: ``zipcoll-bench calibrate --plans``, or a saved tuning) is not tun
 """
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
@@ -308,8 +309,18 @@ class Tuner:
 def key_of(nbytes: int, dtype: Any, op: str, codec: Any, topology: Any, native: bool) -> tuple:
     """A kind of call: the Selector's key (size bucket, dtype, op, codec spec, layout shape,
     native plans allowed), each part the same on every rank."""
-    return (size_bucket(nbytes), np.dtype(dtype).name, "sum" if op in ("sum", "mean") else op,
-            spec_of(codec), Shape.of(topology), bool(native))
+    return (size_bucket(nbytes), _dtype_name(dtype), "sum" if op in ("sum", "mean") else op,
+            spec_of(codec), _shape_of(topology), bool(native))
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: Any) -> str:
+    return np.dtype(dtype).name
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_of(topology: Any) -> Shape:
+    return Shape.of(topology)
 
 
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
