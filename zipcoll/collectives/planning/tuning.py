@@ -60,6 +60,7 @@ TRIALS = 2     # timed calls of each candidate before the fastest is settled on
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
+SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed
 KEEP = 8       # the latest times kept per candidate; its estimate is their median
 WINDOW = 4     # a call's time rides in the agreements of the WINDOW calls after it
 SLOTS = 2 * WINDOW  # numbers the agreement carries: (t, -t) per call, microseconds, 0: not done
@@ -69,7 +70,12 @@ log = logging.getLogger("zipcoll.tuning")
 
 @dataclass
 class Kind:
-    """One kind of call's tuning: its candidates (model order) and what their calls took."""
+    """One kind of call's tuning: its candidates (model order) and what their calls took.
+
+    Its estimates, best and whether it is still learning are kept up to date as times
+    come in (auto asks on every call). Once no candidate is owed a trial it never is
+    again: tries and times only grow, candidates are only dropped.
+    """
 
     label: str
     candidates: list[PlanShape]
@@ -84,18 +90,28 @@ class Kind:
     settled: PlanShape | None = None
     loud: bool = True  # logs what it learns (rank 0's)
 
+    def __post_init__(self) -> None:
+        self._alive = list(self.candidates)
+        self._estimates: dict[PlanShape, float] = {}
+        self._best: PlanShape | None = None
+        self._learning = True
+
     def alive(self) -> list[PlanShape]:
-        return [c for c in self.candidates if c not in self.dropped]
+        """The candidates not dropped, in model order."""
+        return self._alive
 
     def estimate(self, plan: PlanShape) -> float | None:
-        times = self.times.get(plan)
-        return statistics.median(times[-KEEP:]) if times else None
+        """The median of `plan`'s latest KEEP times; None untimed."""
+        return self._estimates.get(plan)
 
     def best(self) -> PlanShape | None:
         """The alive candidate with the lowest estimate (ties: model order); None untimed."""
-        timed = [(self.estimate(c), i, c) for i, c in enumerate(self.alive())
-                 if self.estimate(c) is not None]
-        return min(timed)[2] if timed else None
+        return self._best
+
+    @property
+    def learning(self) -> bool:
+        """Whether a candidate still lacks its TRIALS times (and has tries left)."""
+        return self._learning
 
     def _owed(self, plan: PlanShape) -> bool:
         """Whether `plan` is still owed a call: its warm-up, or a trial (times learned or
@@ -104,31 +120,39 @@ class Kind:
         return tries == 0 or (len(self.times.get(plan, ())) + self.pending.get(plan, 0) < TRIALS
                               and tries < TRIES)
 
-    @property
-    def learning(self) -> bool:
-        """Whether a candidate still lacks its TRIALS times (and has tries left)."""
-        return any(self.tries.get(c, 0) == 0 or len(self.times.get(c, ())) < TRIALS
-                   and self.tries.get(c, 0) < TRIES for c in self.alive())
+    def _refresh(self) -> None:
+        timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
+                 if c in self._estimates]
+        self._best = min(timed)[2] if timed else None
+        if self._learning:
+            self._learning = any(self.tries.get(c, 0) == 0 or len(self.times.get(c, ())) < TRIALS
+                                 and self.tries.get(c, 0) < TRIES for c in self._alive)
 
     def choose(self) -> PlanShape:
         """The next call's plan: the first candidate (model order) still owed a call, else
-        the best (or, one call in RECHECK, a runner-up in turn)."""
+        the best (or, one call in RECHECK, a runner-up in turn); then counts its try."""
         self.calls += 1
-        for c in self.alive():
-            if self._owed(c):
-                return c
-        best = self.best() or self.alive()[0]
-        others = [c for c in self.alive() if c != best]
-        if not self.learning and others and self.calls % RECHECK == 0:
-            self.rechecks += 1
-            return others[(self.rechecks - 1) % len(others)]
-        return best
+        plan = None
+        if self._learning:
+            plan = next((c for c in self._alive if self._owed(c)), None)
+        if plan is None:
+            plan = self._best or self._alive[0]
+            others = len(self._alive) - 1
+            if not self._learning and others and self.calls % RECHECK == 0:
+                self.rechecks += 1
+                plan = [c for c in self._alive if c != plan][(self.rechecks - 1) % others]
+        self.tries[plan] = self.tries.get(plan, 0) + 1
+        if self._learning:
+            self._refresh()
+        return plan
 
     def learn(self, plan: PlanShape, seconds: float, nbytes: int) -> None:
         """A call's agreed time: kept, then every candidate over DROP x the best dropped."""
-        self.times.setdefault(plan, []).append(seconds)
-        self.sizes.setdefault(plan, []).append(nbytes)
-        del self.times[plan][:-KEEP], self.sizes[plan][:-KEEP]
+        times, sizes = self.times.setdefault(plan, []), self.sizes.setdefault(plan, [])
+        times.append(seconds)
+        sizes.append(nbytes)
+        del times[:-KEEP], sizes[:-KEEP]
+        self._estimates[plan] = statistics.median(times)
         self._drop()
 
     def lost(self) -> None:
@@ -137,21 +161,24 @@ class Kind:
         self._drop()
 
     def _drop(self) -> None:
-        best = self.best()
-        for c in self.alive():
-            if len(self.alive()) == 1:
+        self._refresh()
+        best = self._best
+        for c in list(self._alive):
+            if len(self._alive) == 1:
                 break
             estimate = self.estimate(c)
             exhausted = estimate is None and self.tries.get(c, 0) >= TRIES and not self.pending.get(c)
             if exhausted or best is not None and estimate is not None and estimate > DROP * self.estimate(best):
                 self.dropped.append(c)
+                self._alive.remove(c)
                 if self.loud:
                     log.info("auto %s: dropped %s (%s)", self.label, c,
                              "its times never reached every rank" if exhausted else
                              f"{estimate * 1e3:.3f} ms, over {DROP:g}x {best}'s "
                              f"{self.estimate(best) * 1e3:.3f} ms")
-        if not self.learning and self.settled != self.best():
-            self.settled = self.best()
+        self._refresh()
+        if not self._learning and self.settled != self._best:
+            self.settled = self._best
             if self.settled is not None and self.loud:
                 log.info("auto %s: settled on %s, %.3f ms measured (the model predicted "
                          "%.3f ms)", self.label, self.settled,
@@ -248,8 +275,9 @@ class Tuner:
         if kind is None:
             return None
         plan = kind.choose()
-        warm_up = kind.tries.get(plan, 0) == 0
-        kind.tries[plan] = kind.tries.get(plan, 0) + 1
+        if not kind.learning and plan == kind.best() and kind.calls % SAMPLE:
+            return plan  # settled: one call of the best in SAMPLE is timed, enough to see it slow
+        warm_up = kind.tries[plan] == 1
         if not warm_up:
             kind.pending[plan] = kind.pending.get(plan, 0) + 1
         self._ran[turn] = _Ran(kind, plan, nbytes, warm_up)
