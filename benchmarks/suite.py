@@ -5,7 +5,12 @@
     python benchmarks/suite.py --layout 2x2 --rate 1gbit           # emulated cluster (root)
     python benchmarks/suite.py --layout 2x2,4x1 --rate 1gbit,10gbit --quick
     python benchmarks/suite.py --layout 4x1 --rate 10gbit --sizes 1M:64M --combos ring hierarchical+int8
+    python benchmarks/suite.py --layout 4x1 --rate 1gbit --combos auto auto+int8 hierarchical+int8
     python benchmarks/suite.py --layout 2x2 --dry-run              # plan, commands, time estimate
+
+`auto` and `auto+CODEC` combos run algorithm="auto" (tuning itself online: each run is a
+fresh process) and are bounded by the plans their timed calls ran (the bench records
+them from `Request.plan`), weighted by their share of the calls.
 
 A layout is NODESxRANKS_PER_NODE. For each layout (and each rate, for more than one node)
 the suite brings the emulated cluster of benchmarks/cluster/ up, runs `zipcoll-bench
