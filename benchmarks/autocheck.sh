@@ -10,10 +10,10 @@
 #       writes OUT/LAYOUT.online.{json,md}
 #
 # Environment: CODEC (default int8), SIZES (default 8:64M; 64K:64M with ONLINE=1),
-# ONLINE, LEARN, ZC_PREFIX (cluster names).
+# ONLINE, LEARN, ROUNDS (autocheck --rounds, default 5), ZC_PREFIX (cluster names).
 set -euo pipefail
 layout=$1; out=${2:-benchmarks/results/autocheck}; rate=${3:-1gbit}
-codec=${CODEC:-int8}; online=${ONLINE:-}; learn=${LEARN:-20}
+codec=${CODEC:-int8}; online=${ONLINE:-}; learn=${LEARN:-20}; rounds=${ROUNDS:-5}
 sizes=${SIZES:-$([[ -n $online ]] && echo 64K:64M || echo 8:64M)}
 nodes=${layout%x*}; per_node=${layout#*x}; ranks=$((nodes * per_node))
 cd "$(dirname "$0")/.."
@@ -30,9 +30,9 @@ else
 fi
 if [[ -n $online ]]; then
     { echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-      echo "# ${launch[*]} env -u ZIPCOLL_PROFILE zipcoll-bench autocheck -m $sizes --codec $codec --online --learn-calls $learn --json $out/$name.online.json"
+      echo "# ${launch[*]} env -u ZIPCOLL_PROFILE zipcoll-bench autocheck -m $sizes --codec $codec --online --learn-calls $learn --rounds $rounds --json $out/$name.online.json"
       "${launch[@]}" env -u ZIPCOLL_PROFILE zipcoll-bench autocheck -m "$sizes" --codec "$codec" \
-          --online --learn-calls "$learn" --json "$out/$name.online.json"
+          --online --learn-calls "$learn" --rounds "$rounds" --json "$out/$name.online.json"
       echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$out/$name.online.md" 2>&1
     tail -30 "$out/$name.online.md"
     exit 0
