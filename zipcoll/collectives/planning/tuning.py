@@ -25,7 +25,8 @@ agreed numbers only:
   that state: the same on every rank. What a rank measured alone never decides anything.
 
 Which plans may be tried is fixed before any timing: the model's ``LOSSLESS`` best
-lossless plans, and with a codec allowed its ``CODED`` best that carry it
+lossless plans, MPI's own Allreduce where the op and dtype allow it, and with a codec
+allowed the model's ``CODED`` best that carry it
 (`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
 never a lossy codec the caller did not pass). A call started before the last
 agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
@@ -52,6 +53,7 @@ from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
 from zipcoll.collectives.planning.profile import Profile
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket, spec_of
 from zipcoll.collectives.progress import Gate
+from zipcoll.collectives.registry import SCHEDULES
 from zipcoll.collectives.schedule import Steps
 
 LOSSLESS = 3   # lossless candidates tried per kind
@@ -358,7 +360,9 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
         return None  # one rank: a copy; measured: what the job did already decides
     lossless = [p for _, p in ranked if p.inter_codec is None and p.intra_codec is None]
     coded = [p for _, p in ranked if p.inter_codec is not None and not codec_idle(p, shape)]
-    chosen = set(lossless[:LOSSLESS] + coded[:CODED])
+    # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
+    own = [p for p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
+    chosen = set(lossless[:LOSSLESS] + coded[:CODED] + own)
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
