@@ -24,9 +24,9 @@ def ratios(path: Path) -> list[tuple[int, float, float | None]]:
 
 
 def main() -> None:
-    for path in sorted(HERE.glob("*.online.json")):
+    for path in sorted(HERE.glob("**/*.online.json")):
         rows = ratios(path)
-        print(f"## {path.name.split('.')[0]}\n")
+        print(f"## {path.relative_to(HERE).as_posix().split('.')[0]}\n")
         print("| size | auto / best lossless | auto + int8 / best plan |\n|---|---|---|")
         for nbytes, lossless, coded in rows:
             size = f"{nbytes >> 20}M" if nbytes >= 1 << 20 else f"{nbytes >> 10}K"

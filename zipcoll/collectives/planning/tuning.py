@@ -3,9 +3,9 @@
 The cost model prices plans from a profile; without a calibration run that profile is
 the defaults, which may describe another network. So the first calls of each kind (size
 bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
-key) run the model's best few candidates in turn: each once untimed (its warm-up: Numba
-compiles its kernels, scratch for the size, sub-communicators), then timed, as the
-slowest rank saw it; then the fastest runs, and one call in ``RECHECK`` runs a runner-up, so a changed
+key) run the model's best few candidates in turn, each timed as the slowest rank saw
+it; a plan's first call on the communicator (for a dtype) is its untimed warm-up (Numba
+compiles its kernels, sub-communicators are split), in whichever kind it comes first; then the fastest runs, and one call in ``RECHECK`` runs a runner-up, so a changed
 machine or network is noticed. A candidate more than ``DROP`` x the best so far is
 dropped after its first timed call, for good (and so is a best that becomes that slow).
 
@@ -82,6 +82,7 @@ class Kind:
     label: str
     candidates: list[PlanShape]
     predicted: dict[PlanShape, float]
+    dtype: str = "float32"
     times: dict[PlanShape, list[float]] = field(default_factory=dict)
     sizes: dict[PlanShape, list[int]] = field(default_factory=dict)
     tries: dict[PlanShape, int] = field(default_factory=dict)
@@ -91,6 +92,8 @@ class Kind:
     rechecks: int = 0
     settled: PlanShape | None = None
     loud: bool = True  # logs what it learns (rank 0's)
+    # (plan, dtype) that ran on the communicator already (the Tuner's, shared by its kinds)
+    warmed: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._alive = list(self.candidates)
@@ -119,15 +122,20 @@ class Kind:
         """Whether `plan` is still owed a call: its warm-up, or a trial (times learned or
         in flight short of TRIALS, and tries left)."""
         tries = self.tries.get(plan, 0)
-        return tries == 0 or (len(self.times.get(plan, ())) + self.pending.get(plan, 0) < TRIALS
-                              and tries < TRIES)
+        return self.cold(plan) or (len(self.times.get(plan, ())) + self.pending.get(plan, 0)
+                                   < TRIALS and tries < TRIES)
+
+    def cold(self, plan: PlanShape) -> bool:
+        """Whether `plan`'s next call is its warm-up (its first on the communicator)."""
+        return (plan, self.dtype) not in self.warmed
+
 
     def _refresh(self) -> None:
         timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
                  if c in self._estimates]
         self._best = min(timed)[2] if timed else None
         if self._learning:
-            self._learning = any(self.tries.get(c, 0) == 0 or len(self.times.get(c, ())) < TRIALS
+            self._learning = any(self.cold(c) or len(self.times.get(c, ())) < TRIALS
                                  and self.tries.get(c, 0) < TRIES for c in self._alive)
 
     def choose(self) -> PlanShape:
@@ -192,7 +200,7 @@ class _Ran:
     kind: Kind
     plan: PlanShape
     nbytes: int
-    warm_up: bool  # a candidate's first call in its kind: Numba compiles, scratch, splits
+    warm_up: bool  # a plan's first call on the communicator: Numba compiles, splits
 
 
 class Tuner:
@@ -208,6 +216,7 @@ class Tuner:
         self._took: dict[int, float] = {}  # turn -> this rank's seconds (its own measurement)
         self._read = 0  # agreements read, in start order
         self._passed: set[int] = set()
+        self._warmed: set = set()  # (plan, dtype) that ran here: warm-ups done
         self.rank = rank
         self.clock: Callable[[], float] = time.perf_counter
         self.measure: Callable[[PlanShape, float], float] = lambda plan, seconds: seconds
@@ -264,7 +273,7 @@ class Tuner:
         if key not in self.kinds:
             self.kinds[key] = found = _new_kind(key, profile)
             if found is not None:
-                found.loud = self.rank == 0
+                found.loud, found.warmed = self.rank == 0, self._warmed
             if found is not None and found.loud:
                 log.info("auto %s: learning, trying %s", found.label,
                          "; ".join(map(str, found.candidates)))
@@ -279,7 +288,8 @@ class Tuner:
         plan = kind.choose()
         if not kind.learning and plan == kind.best() and kind.calls % SAMPLE:
             return plan  # settled: one call of the best in SAMPLE is timed, enough to see it slow
-        warm_up = kind.tries[plan] == 1
+        warm_up = kind.cold(plan)
+        self._warmed.add((plan, kind.dtype))
         if not warm_up:
             kind.pending[plan] = kind.pending.get(plan, 0) + 1
         self._ran[turn] = _Ran(kind, plan, nbytes, warm_up)
@@ -368,4 +378,4 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
         return None
     label = (f"{bucket_size(bucket)} B {dtype} {op}" + (f" codec {spec}" if spec else "")
              + f" on {shape.label}")
-    return Kind(label, candidates, {p: s for s, p in ranked})
+    return Kind(label, candidates, {p: s for s, p in ranked}, dtype)
