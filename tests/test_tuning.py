@@ -97,3 +97,28 @@ def test_what_was_learned_reloads_as_measured_plans():
     again = type(profile).from_dict(profile.to_dict())
     assert again.plans == profile.plans
     assert Tuner().kind(KEY, again) is None  # its first choice is measured now
+
+
+def test_a_plan_warms_up_once_per_communicator_not_once_per_kind():
+    """Its first call in any kind is its warm-up (untimed); in a later kind the plan's
+    first call is timed, so a kind of 7 candidates learns within 2 calls a candidate."""
+    tuner = Tuner()
+    tuner.measure = lambda plan, seconds: 1e-3
+    small = key_of(64 << 10, "float32", "sum", "int8", TOPOLOGY, True)
+    turn = 0
+    for key in (small, KEY):
+        kind = tuner.kind(key, DEFAULT_PROFILE)
+        calls = 0
+        while kind.learning:
+            tuner.finished(turn - 1, 0.0)
+            highs = agreed([tuner.slots(turn)])
+            tuner.learn(turn, highs[len(highs) - SLOTS:])
+            tuner.decide(turn, key, DEFAULT_PROFILE, 64 << 10 if key is small else 4 << 20)
+            tuner.done(turn)
+            turn, calls = turn + 1, calls + 1
+        shared = [c for c in kind.candidates if c in tuner.kinds[small].candidates]
+        assert key is small or shared  # else the bound below would not tell the rules apart
+        warm_ups = len(kind.candidates) if key is small else len(kind.candidates) - len(shared)
+        # each candidate TRIALS timed calls, plus its warm-up where cold, plus one call
+        # whose time the next agreement brings
+        assert calls <= tuning.TRIALS * len(kind.candidates) + warm_ups + 1, (key, calls)
