@@ -5,11 +5,16 @@
 #
 #   benchmarks/autocheck.sh 1x4 [OUT]           # one node, 4 ranks, shared memory
 #   benchmarks/autocheck.sh 2x2 [OUT] 1gbit     # emulated cluster (root; benchmarks/cluster/)
+#   ONLINE=1 benchmarks/autocheck.sh 4x1 [OUT] 1gbit   # no calibration: auto tuning itself
+#       online in a fresh job with no profile, timed after its first LEARN (20) calls a size;
+#       writes OUT/LAYOUT.online.{json,md}
 #
-# Environment: CODEC (default int8), SIZES (default 8:64M), ZC_PREFIX (cluster names).
+# Environment: CODEC (default int8), SIZES (default 8:64M; 64K:64M with ONLINE=1),
+# ONLINE, LEARN, ROUNDS (autocheck --rounds, default 5), ZC_PREFIX (cluster names).
 set -euo pipefail
 layout=$1; out=${2:-benchmarks/results/autocheck}; rate=${3:-1gbit}
-codec=${CODEC:-int8}; sizes=${SIZES:-8:64M}
+codec=${CODEC:-int8}; online=${ONLINE:-}; learn=${LEARN:-20}; rounds=${ROUNDS:-5}
+sizes=${SIZES:-$([[ -n $online ]] && echo 64K:64M || echo 8:64M)}
 nodes=${layout%x*}; per_node=${layout#*x}; ranks=$((nodes * per_node))
 cd "$(dirname "$0")/.."
 source scripts/mpienv.sh
@@ -22,6 +27,15 @@ if ((nodes > 1)); then
     launch=(benchmarks/cluster/cluster.sh run -n "$ranks" --ranks-per-node "$per_node" --)
 else
     launch=(mpiexec -n "$ranks")
+fi
+if [[ -n $online ]]; then
+    { echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
+      echo "# ${launch[*]} env -u ZIPCOLL_PROFILE zipcoll-bench autocheck -m $sizes --codec $codec --online --learn-calls $learn --rounds $rounds --json $out/$name.online.json"
+      "${launch[@]}" env -u ZIPCOLL_PROFILE zipcoll-bench autocheck -m "$sizes" --codec "$codec" \
+          --online --learn-calls "$learn" --rounds "$rounds" --json "$out/$name.online.json"
+      echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$out/$name.online.md" 2>&1
+    tail -30 "$out/$name.online.md"
+    exit 0
 fi
 profile=$out/$name.profile.json
 { echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -5,7 +5,12 @@
     python benchmarks/suite.py --layout 2x2 --rate 1gbit           # emulated cluster (root)
     python benchmarks/suite.py --layout 2x2,4x1 --rate 1gbit,10gbit --quick
     python benchmarks/suite.py --layout 4x1 --rate 10gbit --sizes 1M:64M --combos ring hierarchical+int8
+    python benchmarks/suite.py --layout 4x1 --rate 1gbit --combos auto auto+int8 hierarchical+int8
     python benchmarks/suite.py --layout 2x2 --dry-run              # plan, commands, time estimate
+
+`auto` and `auto+CODEC` combos run algorithm="auto" (tuning itself online: each run is a
+fresh process) and are bounded by the plans their timed calls ran (the bench records
+them from `Request.plan`), weighted by their share of the calls.
 
 A layout is NODESxRANKS_PER_NODE. For each layout (and each rate, for more than one node)
 the suite brings the emulated cluster of benchmarks/cluster/ up, runs `zipcoll-bench
@@ -520,12 +525,29 @@ def cluster_state(prefix: str) -> dict:
         return {}
 
 
-def combo_plan(combo: dict) -> PlanShape:
-    """The plan a combo runs: two-level ones with their default inner schedule."""
+def combo_plan(combo: dict) -> PlanShape | None:
+    """The plan a combo runs: two-level ones with their default inner schedule; None for
+    auto (its rows name the plans it ran)."""
     algorithm, _, inner = combo["algorithm"].partition(":")
+    if algorithm == "auto":
+        return None
     if SCHEDULES[algorithm].two_level and not inner:
         inner = default_inner(get_codec(combo["codec"]) if combo["codec"] else None)
     return PlanShape(algorithm, inner or None, None, combo["codec"])
+
+
+def plan_of(name: str) -> PlanShape:
+    """The PlanShape of its ``str`` ("hierarchical:ring + int8", "hierarchical:ring + intra
+    int8, inter int8")."""
+    head, _, codecs = name.partition(" + ")
+    algorithm, _, inner = head.partition(":")
+    intra = inter = None
+    if codecs.startswith("intra "):
+        intra, _, inter = codecs[len("intra "):].partition(", inter ")
+        inter = None if inter == "None" else inter
+    elif codecs:
+        inter = codecs
+    return PlanShape(algorithm, inner or None, intra, inter)
 
 
 def base_spec(spec: str) -> str:
@@ -544,14 +566,23 @@ def add_bounds(record: dict) -> None:
                                                    ("encode", "decode", "decode_add")))
               for spec, gbs in record.get("codec_speeds", {}).items()}
     for combo in record["combos"]:
-        plan = combo_plan(combo)
-        if plan.inter_codec and base_spec(plan.inter_codec).partition(":")[0] not in speeds:
-            continue  # its codec was not timed: no bound
+        fixed = combo_plan(combo)
         for row in combo["rows"]:
-            if row["size"] < MiB or (not bps and not plan.inter_codec):
+            # auto: the plans its timed calls ran (`Request.plan`), each bound weighted by
+            # its share of the calls
+            ran = ({fixed: 1} if fixed is not None else
+                   {plan_of(name): calls for name, calls in (row.get("plans") or {}).items()})
+            if row["size"] < MiB or not ran or any(
+                    p.inter_codec and base_spec(p.inter_codec).partition(":")[0] not in speeds
+                    for p in ran):
+                continue  # a codec not timed: no bound
+            if not bps and not any(p.inter_codec for p in ran):
                 continue
-            wire, codec = bounds(plan, row["size"], topology, bps / 8 * FRAME_PAYLOAD,
-                                 speeds, record["ranks"])
+            parts = [(calls, bounds(p, row["size"], topology, bps / 8 * FRAME_PAYLOAD, speeds,
+                                    record["ranks"])) for p, calls in ran.items()]
+            total = sum(calls for calls, _ in parts)
+            wire = sum(calls * w for calls, (w, _) in parts) / total
+            codec = sum(calls * c for calls, (_, c) in parts) / total
             if max(wire, codec) == 0:  # e.g. two-level on one node: its codec never runs
                 continue
             row["wire_ms"], row["codec_ms"] = wire * 1e3, codec * 1e3

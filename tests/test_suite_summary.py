@@ -43,3 +43,34 @@ def test_check_text_says_none():
     assert suite.check_text(record)[1:] == [
         "Compressed, 16-256 MiB, over 1.3x the bound: none.",
         "Time over 3x the size below: none."]
+
+
+def test_auto_rows_are_bounded_by_the_plans_auto_ran():
+    """auto and auto+CODEC combos: the bound of the plans its timed calls ran (`plans`,
+    from Request.plan), weighted by their calls; a fixed combo's as before."""
+    suite = load_suite()
+    from zipcoll.collectives.planning import PlanShape, bounds
+    from zipcoll.topologies import Topology
+
+    speeds = {"int8": {"encode": 1.0, "decode": 2.0, "decode_add": 2.0}}
+    plain = row(4 * MiB, 50)
+    mixed = row(4 * MiB, 50)
+    plain["plans"] = {"hierarchical:ring + int8": 10}
+    mixed["plans"] = {"hierarchical:ring + int8": 3, "ring": 1}
+    record = {"rate": "1gbit", "ranks": 4, "ranks_per_node": 1, "codec_speeds": speeds,
+              "combos": [{"combo": "auto+int8", "algorithm": "auto", "codec": "int8",
+                          "rows": [plain, mixed]},
+                         {"combo": "ring", "algorithm": "ring", "codec": None,
+                          "rows": [row(4 * MiB, 50)]}]}
+    suite.add_bounds(record)
+    topology = Topology.from_layout(4, 0, ranks_per_node=1)
+    rate = 1e9 / 8 * suite.FRAME_PAYLOAD
+    codec_speeds = {"int8": suite.CodecSpeed(suite.Rate(1e9), suite.Rate(2e9), suite.Rate(2e9))}
+    coded = bounds(PlanShape("hierarchical", "ring", None, "int8"), 4 * MiB, topology, rate,
+                   codec_speeds, 4)
+    lossless = bounds(PlanShape("ring"), 4 * MiB, topology, rate, codec_speeds, 4)
+    assert abs(plain["wire_ms"] - coded[0] * 1e3) < 1e-9
+    assert abs(mixed["wire_ms"] - (3 * coded[0] + lossless[0]) / 4 * 1e3) < 1e-9
+    assert abs(record["combos"][1]["rows"][0]["wire_ms"] - lossless[0] * 1e3) < 1e-9
+    assert suite.plan_of("hierarchical:ring + intra int8, inter int8") == PlanShape(
+        "hierarchical", "ring", "int8", "int8")

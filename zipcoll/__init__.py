@@ -16,7 +16,7 @@ import importlib
 from zipcoll.codecs import get_codec, list_codecs
 from zipcoll.collectives import (ALGORITHMS, SCHEDULES, SHARDED, SHARDED_ALGORITHMS, Intracomm,
                                  Request, allgather, allreduce, explain, iallgather, iallreduce,
-                                 ireduce_scatter, reduce_scatter, sparse_allgather,
+                                 ireduce_scatter, reduce_scatter, save_profile, sparse_allgather,
                                  sparse_allreduce)
 from zipcoll.collectives.progress import testall, waitall, waitany
 from zipcoll.collectives.encoding import FEEDBACK as feedback
@@ -40,6 +40,6 @@ __all__ = [
     "SCHEDULES", "SHARDED", "SHARDED_ALGORITHMS", "Topology", "ZipcollError", "abort_on_error",
     "allgather", "allreduce", "configure", "explain", "feedback",
     "get_codec", "iallgather", "iallreduce", "ireduce_scatter", "list_codecs", "reduce_scatter",
-    "sparse_allgather", "sparse_allreduce",
+    "save_profile", "sparse_allgather", "sparse_allreduce",
     "testall", "waitall", "waitany",
 ]

@@ -90,6 +90,9 @@ VARIABLES = (
     Variable("tag_blocks", "int", None, True,
              "tag blocks used in turn (lower: to test the wrap)", least=2,
              unset="as many as MPI_TAG_UB allows"),
+    Variable("tune", "bool", True, True,
+             "algorithm='auto' times its best few plans on the job's first calls of each "
+             "size (0: the cost model alone; off too where the check is off)"),
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True,
@@ -141,6 +144,7 @@ class Settings:
     staging_chunk_bytes: int
     staging_in_flight: int
     tag_blocks: int | None
+    tune: bool
     errors: dict[str, str] = field(default_factory=dict, compare=False)
 
     def agreeing(self) -> dict[str, str]:

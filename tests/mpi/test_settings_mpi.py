@@ -25,7 +25,8 @@ def good_values(size: int) -> dict[str, tuple[str, str]]:
             "grid": (f"1x{size}", f"{size}x1"), "max_count": ("1000", "2000"),
             "pipeline_window": ("2", "3"), "ranks_per_node": ("1", "2"),
             "slice_bytes": ("4K", "8K"), "staging_chunk_bytes": ("4K", "8K"),
-            "staging_in_flight": ("1", "3"), "tag_blocks": ("4", "8")}
+            "staging_in_flight": ("1", "3"), "tag_blocks": ("4", "8"),
+            "tune": ("0", "1")}
 
 
 def first_call_error(comm) -> BaseException | None:

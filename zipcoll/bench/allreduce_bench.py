@@ -124,6 +124,7 @@ class Row:
     ranks: int
     wire_bytes: int | None = None
     check: Check | None = None
+    plans: dict | None = None  # what the timed calls ran (str(PlanShape) -> calls)
 
     @property
     def algbw(self) -> float:
@@ -165,13 +166,24 @@ class Bench:
         count = size // self.dtype.itemsize
         bufs = make_buffers(count, self.dtype, self.args.op, self.comm, self.args.seed)
         native = lambda: self.comm.Allreduce(bufs.send, bufs.native, self.op)  # noqa: E731
-        ours = lambda: zipcoll.allreduce(bufs.send, bufs.zipcoll, **self.kwargs)  # noqa: E731
+        ran: dict[tuple, list] = {}  # (schedule, inner, codecs used) -> [a plan, calls]
+
+        def ours() -> None:  # the Request tells which plan ran (auto's may change as it learns)
+            request = zipcoll.iallreduce(bufs.send, bufs.zipcoll, **self.kwargs)
+            request.wait()
+            plan = request.plan
+            seen = ran.setdefault((plan.schedule, plan.inner, plan.codec is None,
+                                   plan.intra_codec is None), [plan, 0])
+            seen[1] += 1
+
         iterations, warmup = self.iteration_counts(size, native, ours)
         t_native = timing.time_per_call(native, iterations, warmup, self.comm)
+        ran.clear()
         t_ours = timing.time_per_call(ours, iterations, warmup, self.comm)
         row = Row(count * self.dtype.itemsize, count, iterations, warmup,
                   timing.across_ranks(t_ours, self.comm), timing.across_ranks(t_native, self.comm),
-                  self.comm.Get_size(), self.wire_bytes(count))
+                  self.comm.Get_size(), self.wire_bytes(count),
+                  plans={str(plan.shape): calls for plan, calls in ran.values()})
         if self.args.validate or self.codec is not None:
             row.check = self.validate(bufs, ours)
         return row
@@ -392,6 +404,7 @@ def row_record(row: Row) -> dict:
         "rel_error": check.rel_error if check else None,
         "error_bound": check.bound if check else None,
         "validation": _check_text(row) if check else None,
+        "plans": row.plans,
     }
 
 

@@ -2,6 +2,12 @@
 
     mpiexec -n 4 zipcoll-bench autocheck -m 8:64M --codec int8 --json autocheck.json
     ZIPCOLL_PROFILE=profile.json mpiexec -n 4 zipcoll-bench autocheck -m 1M:64M
+    mpiexec -n 4 zipcoll-bench autocheck -m 64K:64M --codec int8 --online   # no profile
+
+``--online``: auto as a fresh job gets it, with no profile: it tunes itself on its
+first calls of each size (`planning.tuning`); at each size auto first makes
+``--learn-calls`` calls (20) untimed, and is then timed beside the fixed plans (its
+re-checks of runner-ups included); auto's pick is then what the tuning settled on.
 
 At each size it times ``auto`` (lossless, and with ``--codec`` allowed) and every plan the
 cost model may choose from (``planning.candidate_plans``: the lossless ones, and those that
@@ -32,10 +38,12 @@ import numpy as np
 from mpi4py import MPI
 
 import zipcoll
+from zipcoll import settings
 from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
+from zipcoll.collectives.context import context_for
+from zipcoll.collectives.planning.tuning import key_of
 from zipcoll.topologies import Topology
 from zipcoll.collectives.api import explain
-from zipcoll.collectives.context import context_for
 from zipcoll.collectives.planning import PlanShape, candidate_plans
 
 SCREEN_SECONDS = 0.02   # timed per plan and size in the screening
@@ -55,6 +63,7 @@ class SizeResult:
     screened: dict = field(default_factory=dict)    # plan label -> screening seconds
     picks: dict = field(default_factory=dict)       # "lossless" / codec -> plan label
     predicted: dict = field(default_factory=dict)   # plan label -> model seconds
+    tuned: dict = field(default_factory=dict)       # --online: auto -> what its tuning measured
 
     def best(self, labels: list[str]) -> tuple[str, float]:
         timed = [(self.seconds.get(x, self.screened.get(x, float("inf"))), x) for x in labels]
@@ -127,12 +136,33 @@ def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], ro
 
 
 def auto_picks(nbytes: int, topology: Topology, codec: str | None, comm: MPI.Intracomm) -> dict:
-    """What auto runs at ``nbytes``: the Selector it uses (rank 0's profile, cached per bucket)."""
+    """What auto runs at ``nbytes``: what its online tuning settled on, else the Selector's
+    choice (rank 0's profile, cached per bucket)."""
     selector = context_for(comm).selector
-    picks = {"lossless": label(selector.choose(nbytes, topology, None))}
-    if codec:
-        picks[codec] = label(selector.choose(nbytes, topology, codec))
+    tuner = context_for(comm).tuner
+    picks = {}
+    for mode, allowed in [("lossless", None)] + ([(codec, codec)] if codec else []):
+        kind = tuner.kinds.get(key_of(nbytes, "float32", "sum", allowed, topology, True))
+        best = kind.best() if kind is not None else None
+        picks[mode] = label(best or selector.choose(nbytes, topology, allowed))
     return picks
+
+
+def learn(nbytes: int, autos: list[PlanShape], calls: int, comm: MPI.Intracomm) -> dict:
+    """Each auto's first ``calls`` calls at ``nbytes`` (untimed: online tuning's learning);
+    what the tuning measured then, per auto (plan label -> [ms, calls timed])."""
+    send = np.random.default_rng([11, comm.Get_rank()]).standard_normal(
+        max(1, nbytes // 4), dtype=np.float32)
+    recv = np.empty_like(send)
+    topology, tuner = Topology.from_comm(comm), context_for(comm).tuner
+    measured = {}
+    for auto in autos:
+        call = call_of(auto, send, recv, comm)
+        for _ in range(calls):
+            call()
+        found = tuner.measured_for(nbytes, topology, auto.inter_codec)
+        measured[label(auto)] = {label(p): [s * 1e3, n] for p, (s, n) in found.items()}
+    return measured
 
 
 def ratio_row(result: SizeResult, plans: list[PlanShape], codec: str | None) -> list[str]:
@@ -184,6 +214,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--codec", help="also auto with this codec allowed (e.g. int8)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per size (median)")
     p.add_argument("--json", help="write every size's timings here")
+    p.add_argument("--online", action="store_true",
+                   help="auto tuning itself online (no profile): timed after --learn-calls calls")
+    p.add_argument("--learn-calls", type=int, default=20,
+                   help="--online: auto's untimed calls at each size before it is timed")
     return p
 
 
@@ -195,14 +229,20 @@ def main(argv: list[str] | None = None) -> int:
     root = comm.Get_rank() == 0
     source = context_for(comm).selector.profile.source  # collective on first use
     if root:
+        mode = (f"auto tuned online after {args.learn_calls} calls a size"
+                if args.online else "auto from the profile")
         print(f"# zipcoll-bench autocheck: {comm.Get_size()} ranks, {topology.num_nodes} node(s), "
-              f"{len(plans)} plans, profile: {source}", flush=True)
-    warm_up(plans + autos, comm)
+              f"{len(plans)} plans, profile: {source}; {mode}", flush=True)
+    if args.online and not (settings.get().tune and settings.get().check):
+        raise SystemExit("--online: ZIPCOLL_TUNE=0 (or ZIPCOLL_CHECK=0) turns the tuning off")
+    warm_up(plans if args.online else plans + autos, comm)  # online: auto's calls are its own
     results, rows = [], []
     for nbytes in message_sizes(*parse_range(args.message_size, default_min=8)):
+        tuned = learn(nbytes, autos, args.learn_calls, comm) if args.online else {}
         picks = auto_picks(nbytes, topology, args.codec, comm)
         result = measure_size(nbytes, plans, autos, args.rounds, comm, tuple(picks.values()))
         result.picks = picks
+        result.tuned = tuned
         result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec,
                                                                      topology)}
         results.append(result)
@@ -215,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump({"argv": sys.argv, "ranks": comm.Get_size(),
                            "nodes": topology.num_nodes, "codec": args.codec,
-                           "profile": source,
+                           "profile": source, "online": args.online,
+                           "learn_calls": args.learn_calls if args.online else 0,
                            "sizes": [asdict(r) for r in results]}, f, indent=1)
     return 0

@@ -4,7 +4,7 @@
 `algorithm=` takes ("auto" and the registry's). `SHARDED`: the reduce-scatter /
 all-gather schedules (`SHARDED_ALGORITHMS`: the names their `algorithm=` takes).
 """
-from zipcoll.collectives.api import Intracomm, Request, allreduce, explain, iallreduce
+from zipcoll.collectives.api import Intracomm, Request, allreduce, explain, iallreduce, save_profile
 from zipcoll.collectives.registry import SCHEDULES, SHARDED, Schedule, algorithms
 from zipcoll.collectives.sharded import allgather, iallgather, ireduce_scatter, reduce_scatter
 from zipcoll.collectives.sharded import algorithms as sharded_algorithms
@@ -15,4 +15,5 @@ SHARDED_ALGORITHMS = sharded_algorithms()
 
 __all__ = ["ALGORITHMS", "Intracomm", "Request", "SCHEDULES", "SHARDED", "SHARDED_ALGORITHMS",
            "Schedule", "allgather", "allreduce", "explain", "iallgather", "iallreduce",
-           "ireduce_scatter", "reduce_scatter", "sparse_allgather", "sparse_allreduce"]
+           "ireduce_scatter", "reduce_scatter", "save_profile", "sparse_allgather",
+           "sparse_allreduce"]

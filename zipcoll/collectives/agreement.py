@@ -39,7 +39,8 @@ def code(text: str) -> int:
 
 
 def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...],
-          error: BaseException | None, what: str, shown: Callable[[], list[str]]) -> Steps:
+          error: BaseException | None, what: str, shown: Callable[[], list[str]],
+          extra: Callable[[], list[int]] = list) -> Steps:
     """Steps that raise on every rank unless all accepted and agree on `fields` and on the
     settings that must agree; they return the maxima of the signature.
 
@@ -48,10 +49,13 @@ def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...]
     `signature[0]` is 1 where this rank rejected its arguments (raising `error`);
     `signature[i]` for 1 <= i < len(fields) must be equal everywhere (`fields[i]` names it);
     `shown()[i]` is how this rank describes its value of field i, for the message.
+    `extra()`: more numbers whose maxima go after the signature's, taken when the
+    agreement is posted (the times of older calls this rank has finished by then: the
+    online tuning's, `planning.tuning`).
     """
     mine, n = settings.get(), len(fields)
     yield from ctx.my_turn(turn)
-    agreement = ctx.transport.iagree(signature[:n] + [mine.code] + signature[n:])
+    agreement = ctx.transport.iagree(signature[:n] + [mine.code] + signature[n:] + extra())
     ctx.pass_turn(turn)
     yield [agreement.request]
     lows, highs = agreement.lows(), agreement.highs()

@@ -23,9 +23,10 @@ from zipcoll.collectives.agreement import code
 from zipcoll.collectives.call import Call, start
 from zipcoll.collectives.progress import check_threads
 from zipcoll.collectives.context import Context, context_for
-from zipcoll.collectives.dispatch import split_keys, steps_for, uses_collectives
+from zipcoll.collectives.dispatch import (shape_uses_collectives, split_keys, steps_for,
+                                          uses_collectives)
 from zipcoll.collectives.ops import op_code
-from zipcoll.collectives.plan import Plan, make_plan
+from zipcoll.collectives.plan import Plan, make_plan, with_shape
 from zipcoll.collectives.progress import Request
 from zipcoll.collectives.sharded import ShardedMethods, is_sharded_algorithm
 from zipcoll.codecs import Codec, get_codec
@@ -77,23 +78,52 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     check_threads()
     ctx = context_for(comm)
     abort_on_error.install()
+    check = checks_enabled()
+    tuning = check and settings.get().tune  # online tuning needs the agreement
 
     def prepare() -> Plan:
         plan = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
                          _topology(ctx, topology), ctx.selector)
         if plan.dropped is not None and not ctx.warned_codec_dropped:
             ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
-            warnings.warn(codec_not_applied(plan, ctx.selector.profile), CodecNotApplied,
-                          stacklevel=2)
+            text = codec_not_applied(plan, ctx.selector.profile)
+            if tuning and ctx.tuner.kind(plan.auto[5], ctx.selector.profile):  # alike everywhere
+                text += (" auto is also timing plans that carry the codec on this job's first "
+                         "calls of this size (online tuning): it applies the codec if one of "
+                         "them is the fastest.")
+            warnings.warn(text, CodecNotApplied, stacklevel=2)
         return plan
 
     return start(Call(ctx, "all-reduce", _FIELDS, prepare,
                       lambda plan: _signature(plan, algorithm),
                       lambda plan: _shown(plan, algorithm),
-                      lambda plan: uses_collectives(ctx.transport, plan),
+                      lambda plan: _collective(ctx, plan, tuning),
                       lambda plan: ctx.first_use(split_keys(plan)),
                       lambda plan, tag, _: steps_for(ctx.transport, plan, tag),
-                      lambda plan: plan.outcome(), checks_enabled()), blocking)
+                      lambda plan: plan.outcome(), check,
+                      (lambda plan, turn: _tuned(ctx, plan, turn)) if tuning else None), blocking)
+
+
+def _collective(ctx: Context, plan: Plan, tuning: bool) -> bool:
+    """Whether the call may run MPI collectives: its plan, or (tuned) any plan it may get."""
+    if uses_collectives(ctx.transport, plan):
+        return True
+    if not tuning or plan.auto is None:
+        return False
+    return any(shape_uses_collectives(ctx.transport, plan.topology, shape)
+               for shape in ctx.tuner.possible(plan.auto[5], ctx.selector.profile))
+
+
+def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:
+    """The plan online tuning gives call `turn` (after its agreement is read)."""
+    if plan is None or plan.auto is None:
+        return plan
+    nbytes, op, native, _, codec, kind = plan.auto
+    shape = ctx.tuner.decide(turn, kind, ctx.selector.profile, nbytes)
+    if shape is None or shape == ctx.selector.choose(nbytes, plan.topology, codec,
+                                                     plan.work_dtype, op, native):
+        return plan
+    return with_shape(plan, shape)
 
 
 def _topology(ctx: Context, topology: Topology | None) -> Topology:
@@ -111,7 +141,8 @@ def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,
     """Every plan an all-reduce of ``nbytes`` could run on ``comm``, cheapest first.
 
     The topology and profile are the ones ``auto`` prices with on ``comm`` (its context's:
-    collective on the communicator's first use). A ``topology`` given is used as it is; a
+    collective on the communicator's first use), with what its online tuning measured so
+    far beside the predictions. A ``topology`` given is used as it is; a
     ``profile`` given as a Profile is used as it is (then the caller makes it the same
     everywhere), as a path it is read now on every rank, rank 0's shared (collective).
     Given both, nothing is collective. ``native=False`` leaves out the plans that use the
@@ -121,13 +152,15 @@ def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,
     >>> print(zipcoll.explain(64 << 20, comm=MPI.COMM_WORLD, codec="int8"))  # doctest: +SKIP
     """
     comm = MPI.COMM_WORLD if comm is None else comm
+    measured = None
     if topology is None or profile is None:
         ctx = context_for(comm)
         topology = ctx.topology if topology is None else topology
+        measured = ctx.tuner.measured_for(nbytes, topology, codec, dtype, op, native)
         profile = ctx.selector.profile if profile is None else profile
     if not isinstance(profile, Profile):
         profile = shared_profile(comm, profile)
-    return ranking(nbytes, topology, profile, codec, dtype, op, native)
+    return ranking(nbytes, topology, profile, codec, dtype, op, native, measured)
 
 
 _FIELDS = ("", "count", "dtype", "op", "algorithm", "resolved algorithm", "codec", "layout")
@@ -163,6 +196,17 @@ def _layout_text(topology: Topology) -> str:
 
 
 _code = functools.lru_cache(maxsize=1024)(code)
+
+
+def save_profile(path: str, comm: MPI.Intracomm = MPI.COMM_WORLD) -> None:
+    """Write the profile `auto` uses on `comm` with what it learned online (measured plans,
+    the JSON of ``zipcoll-bench calibrate --plans``) to `path`, on rank 0: a later job
+    with ZIPCOLL_PROFILE=path starts tuned. Every rank holds the same learned times (they
+    are agreed); collective only on a communicator's first use."""
+    ctx = context_for(comm)
+    profile = ctx.tuner.profile(ctx.selector.profile)
+    if ctx.transport.rank == 0:
+        profile.save(path)
 
 
 class Intracomm(ShardedMethods, MPI.Intracomm):
@@ -251,4 +295,5 @@ class Intracomm(ShardedMethods, MPI.Intracomm):
         return self.algorithm
 
 
-__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "explain", "iallreduce"]
+__all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "explain", "iallreduce",
+           "save_profile"]

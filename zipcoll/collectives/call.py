@@ -22,6 +22,7 @@ from typing import Any, Callable
 from zipcoll import settings
 from zipcoll.collectives.agreement import agree
 from zipcoll.collectives.context import Context
+from zipcoll.collectives.planning.tuning import SLOTS
 from zipcoll.collectives.progress import Gate, Request, current
 from zipcoll.collectives.schedule import Steps
 
@@ -38,7 +39,9 @@ class Call:
     need a split (the agreement then runs even with checks off: only an agreement tells
     that every rank has started the call); `steps(plan, tag, highs)`: the schedule (`highs`: the agreement's maxima, None
     without one);
-    `outcome(plan)`: what a wait returns.
+    `outcome(plan)`: what a wait returns; `tune(plan, turn)`: the plan to run instead
+    (algorithm="auto" tuning online), called once the agreement is read, in start order,
+    so that it decides from agreed numbers only (`planning.tuning`); checked calls only.
     """
 
     ctx: Context
@@ -52,6 +55,7 @@ class Call:
     steps: Callable[[Any, int, Any], Steps]
     outcome: Callable[[Any], Any]
     check: bool = True
+    tune: Callable[[Any, int], Any] | None = None
 
 
 class Started:
@@ -72,7 +76,7 @@ class Started:
 
     def steps(self) -> Steps:
         call, ctx = self.call, self.call.ctx
-        t = ctx.transport
+        t, tuner = ctx.transport, ctx.tuner
         turn, tag = ctx.begin(), ctx.next_tag()
         tag_ticket, ticket = t.hold_tag(tag), None
         try:
@@ -87,19 +91,29 @@ class Started:
             # so that a rank whose check was turned off meets the others' agreement
             changed = settings.get().code != ctx.agreed_settings
             if call.check or first or changed:
-                self.highs = yield from agree(ctx, turn, call.signature(self.plan), call.fields,
-                                              self.error, call.what,
-                                              lambda: call.shown(self.plan))
+                highs = yield from agree(ctx, turn, call.signature(self.plan), call.fields,
+                                         self.error, call.what, lambda: call.shown(self.plan),
+                                         lambda: tuner.slots(turn))
+                # the tuner reads agreements in start order: the same sequence on every rank
+                yield from tuner.in_order(turn)
+                tuner.learn(turn, highs[len(highs) - SLOTS:])
+                self.highs = highs[:len(highs) - SLOTS]
+                if call.check and call.tune is not None:
+                    self.plan = call.tune(self.plan, turn)
             else:
                 ctx.pass_turn(turn)
                 if self.error is not None:
                     raise self.error
+            tuner.done(turn)
             if ticket is not None:
                 yield from ctx.collective_turn(ticket)
             if not t.tag_turn(tag, tag_ticket):  # the block wrapped onto a call in flight
                 yield Gate(lambda: t.tag_turn(tag, tag_ticket))
+            began = tuner.clock()
             yield from call.steps(self.plan, tag, self.highs)
+            tuner.finished(turn, tuner.clock() - began)
         finally:
+            tuner.done(turn)
             t.release_tag(tag, tag_ticket)
             ctx.pass_turn(turn)
             if ticket is not None:

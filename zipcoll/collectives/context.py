@@ -16,6 +16,7 @@ from zipcoll.codecs.backend import machine_identity, share_machine_cores
 from zipcoll.collectives.agreement import check_settings
 from zipcoll.collectives.planning.explain import shared_profile
 from zipcoll.collectives.planning.selector import Selector
+from zipcoll.collectives.planning.tuning import Tuner
 from zipcoll.collectives.progress import Engine, Gate, current, run
 from zipcoll.collectives.schedule import Steps
 from zipcoll.topologies import Topology
@@ -47,6 +48,7 @@ class Context:
         self.owner: Engine | None = None  # the engine (thread) of the calls in flight
         self.warned_codec_dropped = False  # CodecNotApplied: once per communicator
         self.agreed_settings: int | None = None  # `Settings.code` the ranks last agreed on
+        self.tuner = Tuner(transport.rank)  # algorithm="auto"'s online tuning
 
     @property
     def ready(self) -> bool:

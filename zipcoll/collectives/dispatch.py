@@ -12,6 +12,7 @@ from zipcoll.buffers import HOST, Buffer
 from zipcoll.collectives import staging
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.plan import Plan
+from zipcoll.collectives.registry import SCHEDULES
 from zipcoll.collectives.slicing import slicing_of
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
@@ -156,6 +157,16 @@ def uses_collectives(t: Transport, plan: Plan) -> bool:
     which match by the order they are posted in, or split t first (blocking, collective)."""
     return (plan.schedule.native or plan.inner is not None and plan.inner.native
             or splits_communicator(t, plan))
+
+
+def shape_uses_collectives(t: Transport, topology: Any, shape: Any) -> bool:
+    """`uses_collectives` of a plan running `shape` (a `planning.PlanShape`) on `topology`."""
+    schedule = SCHEDULES[shape.algorithm]
+    if schedule.native or shape.inner is not None and SCHEDULES[shape.inner].native:
+        return True
+    if schedule.two_level:
+        return not t.has_split((schedule.name, topology.node_of, topology.grid))
+    return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
 
 
 def _two_level(t: Transport, plan: Plan, tag: int, xp: Any,

@@ -6,6 +6,7 @@ sends a message or writes a caller's buffer; every rank can run it alone.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import weakref
@@ -18,7 +19,9 @@ from mpi4py import MPI
 from zipcoll import buffers
 from zipcoll.buffers import Buffer
 from zipcoll.collectives import encoding, registry
+from zipcoll.collectives.planning.plans import PlanShape, codec_idle, codec_spec
 from zipcoll.collectives.planning.selector import Selector, default_inner, schedules_for
+from zipcoll.collectives.planning.tuning import key_of
 from zipcoll.collectives.ops import (BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of,
                                      lookup, native_agrees)
 from zipcoll.collectives.registry import SCHEDULES, Schedule
@@ -50,6 +53,10 @@ class Plan:
     reason: str = ""  # why the schedule differs from the one asked for, if it must
     # auto sent lossless although a codec was passed: (codec, bytes, op, native) as priced
     dropped: tuple | None = None
+    # auto's plan: (bytes, op, native, level-1 codec, flat codec, tuning kind) it was
+    # priced with (the codecs the caller allowed; `planning.tuning.key_of`); None where
+    # the caller named the algorithm
+    auto: tuple | None = None
 
     @property
     def count(self) -> int:
@@ -64,6 +71,12 @@ class Plan:
     def name(self) -> str:
         """The resolved algorithm, as a user would write it: "ring", "hierarchical:tree"."""
         return self.schedule.name + (f":{self.inner.name}" if self.inner else "")
+
+    @property
+    def shape(self) -> PlanShape:
+        """The plan as the cost model names it (``str``: "hierarchical:ring + int8")."""
+        return PlanShape(self.schedule.name, self.inner.name if self.inner else None,
+                         codec_spec(self.intra_codec), codec_spec(self.codec))
 
     def outcome(self) -> Any:
         """What allreduce returns once the steps are done: recvbuf, or the caller's kind of array."""
@@ -287,9 +300,27 @@ def _choose(plan: Plan, nbytes: int, selector: Selector) -> None:
     """
     op = "sum" if plan.op is SUM else plan.op.name
     native = native_agrees(plan.op, plan.work_dtype)  # bfloat16 reduces as float32
+    plan.auto = (nbytes, op, native, plan.intra_codec, plan.codec,
+                 key_of(nbytes, plan.work_dtype, op, plan.codec, plan.topology, native))
     plan.schedule, plan.inner, compress = schedules_for(nbytes, plan.topology, plan.codec,
                                                         plan.work_dtype, op, selector, native)
     if not compress:
         if plan.topology.size > 1 and (plan.codec is not None or plan.intra_codec is not None):
             plan.dropped = (plan.codec or plan.intra_codec, nbytes, op, native)
         plan.codec = plan.intra_codec = None
+
+
+def with_shape(plan: Plan, shape: PlanShape) -> Plan:
+    """auto's `plan` running `shape` instead (online tuning: one of the plans the model
+    ranked for the same arguments); its codecs only those the caller allowed."""
+    nbytes, op, native, intra_codec, codec, _ = plan.auto
+    new = dataclasses.replace(plan, schedule=SCHEDULES[shape.algorithm],
+                              inner=SCHEDULES[shape.inner] if shape.inner else None,
+                              codec=codec, intra_codec=intra_codec, dropped=None)
+    compress = shape.inter_codec is not None and not codec_idle(shape, plan.topology)
+    if not compress:
+        if plan.topology.size > 1 and (codec is not None or intra_codec is not None):
+            new.dropped = (codec or intra_codec, nbytes, op, native)
+        new.codec = new.intra_codec = None
+    new.slicing = slicing_of(new)
+    return new

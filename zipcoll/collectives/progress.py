@@ -62,7 +62,9 @@ class Request:
     def plan(self) -> Any:
         """What this call runs (`collectives.plan.Plan`: schedule, inner schedule, codecs,
         slicing; "auto" resolved), once its arguments are checked; None before that (while
-        a communicator's first call prepares) and for a call that rejected them."""
+        a communicator's first call prepares) and for a call that rejected them. An "auto"
+        call tuning online may change it once its agreement is read: from then on (and
+        always once it is done) it is the plan the call runs."""
         return self._plan()
 
     @property

@@ -7,6 +7,7 @@ layout from `zipcoll.topologies` and the machine from a `Profile`:
     model.py      Shape, Span, Work: what a schedule's cost formula is given
     plans.py      PlanShape, candidate_plans, predict, rank_plans, bounds
     selector.py   Selector: algorithm="auto", cached per size bucket
+    tuning.py     Tuner: auto timing the model's best few plans on the job's own calls
     explain.py    what zipcoll.explain shows (Ranking), and the profile every rank loads alike
 """
 from zipcoll.collectives.planning.explain import Ranking, ranking, shared_profile

@@ -13,7 +13,7 @@ codec, dtype, op, profile), the same on every rank.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from mpi4py import MPI
 
@@ -30,12 +30,14 @@ class Ranking(list):
     the topology and the profile priced, marking plans whose codec is never applied."""
 
     def __init__(self, items, nbytes: int, source: str, topology: Any = None,
-                 profile: Profile | None = None):
+                 profile: Profile | None = None, measured: Mapping | None = None):
         super().__init__(items)
         self.nbytes = nbytes
         self.source = source
         self.topology = topology
         self.profile = profile
+        # what online tuning measured on this job: PlanShape -> (seconds, calls timed)
+        self.measured = dict(measured or {})
 
     @property
     def best(self) -> PlanShape:
@@ -46,13 +48,19 @@ class Ranking(list):
         lines = [f"# {self.nbytes} bytes on {layout(self.topology)}" if self.topology
                  else f"# {self.nbytes} bytes",
                  f"# profile: {self.source}" + (f"; {rates(self.profile)}" if self.profile else ""),
-                 f"{'predicted':>12}  {'vs best':>8}  plan"]
+                 f"{'predicted':>12}  {'vs best':>8}  "
+                 + (f"{'measured':>12} {'calls':>5}  " if self.measured else "") + "plan"]
         best = self[0][0] if self else 0.0
         for seconds, plan in self:
             ratio = f"{seconds / best:>7.2f}x" if best > 0 else f"{'-':>8}"
             idle = self.topology is not None and codec_idle(plan, self.topology)
             mark = "  (codec not applied: its level has one rank)" if idle else ""
-            lines.append(f"{seconds * 1e3:>9.3f} ms  {ratio}  {plan}{mark}")
+            timed = ""
+            if self.measured:
+                took, calls = self.measured.get(plan, (None, 0))
+                timed = (f"{took * 1e3:>9.3f} ms {calls:>5}  " if took is not None
+                         else f"{'-':>12} {'-':>5}  ")
+            lines.append(f"{seconds * 1e3:>9.3f} ms  {ratio}  {timed}{plan}{mark}")
         return "\n".join(lines)
 
 
@@ -120,8 +128,10 @@ def shared_profile(comm: MPI.Comm, path: str | None = None) -> Profile:
 
 
 def ranking(nbytes: int, topology: Any, profile: Profile, codec: Any = None,
-            dtype: str = "float32", op: str = "sum", native: bool = True) -> Ranking:
+            dtype: str = "float32", op: str = "sum", native: bool = True,
+            measured: Mapping | None = None) -> Ranking:
     """Every plan an all-reduce of ``nbytes`` could run on ``topology``, cheapest first
-    (a pure function: ``zipcoll.explain`` finds the topology and profile of a communicator)."""
+    (a pure function: ``zipcoll.explain`` finds the topology and profile of a communicator);
+    ``measured``: what online tuning timed (PlanShape -> (seconds, calls)), shown beside."""
     ranked = rank_plans(nbytes, topology, profile, codec, dtype, op, native)
-    return Ranking(ranked, nbytes, profile.source, topology, profile)
+    return Ranking(ranked, nbytes, profile.source, topology, profile, measured)

@@ -58,7 +58,7 @@ class Selector:
         hit = self._recent.get(fast)
         if hit is not None and hit[0] is codec and hit[1] is topology:
             return hit[2]
-        key = (size_bucket(nbytes), np.dtype(dtype), is_sum(op), _spec_of(codec),
+        key = (size_bucket(nbytes), np.dtype(dtype), is_sum(op), spec_of(codec),
                _shape_of(topology), bool(native))
         plan = self._decided.get(key)
         if plan is None:
@@ -71,7 +71,7 @@ class Selector:
         return plan
 
 
-def _spec_of(codec: Any) -> str | None:
+def spec_of(codec: Any) -> str | None:
     """``codec_spec``, remembered on the codec object (its configuration never changes).
 
     ``auto`` keys every call by it; a codec hashes by its whole configuration, so a

@@ -1,0 +1,46 @@
+"""Per layout: auto's own calls (tuned online, no profile) over the best plan measured, at
+each size, and how many sizes are within 1.10x and 1.15x; from LAYOUT.online.json."""
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def ratios(path: Path) -> list[tuple[int, float, float | None]]:
+    data = json.loads(path.read_text())
+    rows = []
+    for size in data["sizes"]:
+        times = {**size["screened"], **size["seconds"]}
+        lossless = [k for k in times if "+" not in k and not k.startswith("auto")
+                    and k != "MPI_Allreduce"]
+        every = [k for k in times if not k.startswith("auto") and k != "MPI_Allreduce"]
+        best = min(times[k] for k in lossless)
+        best_coded = min(times[k] for k in every)
+        coded = size["seconds"].get(f"auto + {data['codec']}") if data["codec"] else None
+        rows.append((size["nbytes"], size["seconds"]["auto"] / best,
+                     None if coded is None else coded / best_coded))
+    return rows
+
+
+def main() -> None:
+    for path in sorted(HERE.glob("**/*.online.json")):
+        rows = ratios(path)
+        print(f"## {path.relative_to(HERE).as_posix().split('.')[0]}\n")
+        print("| size | auto / best lossless | auto + int8 / best plan |\n|---|---|---|")
+        for nbytes, lossless, coded in rows:
+            size = f"{nbytes >> 20}M" if nbytes >= 1 << 20 else f"{nbytes >> 10}K"
+            print(f"| {size} | {lossless:.2f} | {'-' if coded is None else f'{coded:.2f}'} |")
+        for limit in (1.10, 1.15):
+            ok = sum(r[1] <= limit for r in rows)
+            ok_coded = sum(r[2] is not None and r[2] <= limit for r in rows)
+            print(f"\nwithin {limit:.2f}x: lossless {ok} of {len(rows)} sizes, "
+                  f"int8 allowed {ok_coded} of {len(rows)}", end="")
+        worst = max(rows, key=lambda r: r[1])
+        worst_coded = max(rows, key=lambda r: r[2] or 0)
+        print(f"\nworst: lossless {worst[1]:.2f} at {worst[0]} B, int8 allowed "
+              f"{worst_coded[2]:.2f} at {worst_coded[0]} B\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

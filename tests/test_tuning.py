@@ -1,0 +1,124 @@
+"""planning.tuning without MPI: several Tuners stand for ranks, the agreement for what
+MPI's Iallreduce would compute (the element-wise max of every rank's slots), and each
+rank finishes its calls at its own moments. The decisions must be the same sequence on
+every rank whatever those moments; losers go after one timed call; a kind the profile
+measured is not tuned."""
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from zipcoll.collectives.planning import DEFAULT_PROFILE
+from zipcoll.collectives.planning import tuning
+from zipcoll.collectives.planning.tuning import SLOTS, Tuner, key_of
+from zipcoll.topologies import Topology
+
+TOPOLOGY = Topology.from_layout(4, 0, ranks_per_node=1)
+KEY = key_of(4 << 20, "float32", "sum", "int8", TOPOLOGY, True)
+
+
+def agreed(rows):
+    return np.max(np.array(rows, dtype=np.int64), axis=0)
+
+
+def simulate(ranks, calls, in_flight, seed, table):
+    """Every rank starts `calls` calls, at most `in_flight` unfinished; each rank finishes
+    them in its own random order and at its own moments. The plans decided, per rank."""
+    rng = random.Random(seed)
+    tuners = [Tuner(rank) for rank in range(ranks)]
+    for r, t in enumerate(tuners):
+        t.measure = lambda plan, seconds, r=r: table(plan, r)
+    decided = [[] for _ in range(ranks)]
+    unfinished = [set() for _ in range(ranks)]
+    for turn in range(calls):
+        # each rank finishes some of its older calls first (its own choice of which)
+        for r in range(ranks):
+            while unfinished[r] and (len(unfinished[r]) >= in_flight or rng.random() < 0.4):
+                done = rng.choice(sorted(unfinished[r]))
+                unfinished[r].discard(done)
+                tuners[r].finished(done, 0.0)
+        highs = agreed([t.slots(turn) for t in tuners])
+        for r, t in enumerate(tuners):
+            t.learn(turn, highs[len(highs) - SLOTS:])
+            plan = t.decide(turn, KEY, DEFAULT_PROFILE, 4 << 20)
+            t.done(turn)
+            decided[r].append(plan)
+            unfinished[r].add(turn)
+    return decided, tuners
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 5, 9])
+@pytest.mark.parametrize("seed", range(4))
+def test_every_rank_decides_the_same_sequence_whenever_its_calls_finish(in_flight, seed):
+    kind = Tuner().kind(KEY, DEFAULT_PROFILE)
+    target = kind.candidates[-1]
+
+    def table(plan, rank):  # each rank its own times; the slowest rank's make target fastest
+        base = 1e-3 if plan == target else 1.7e-3
+        return base * (1 + 0.1 * rank) if (rank + hash(str(plan))) % 3 else base * 0.3
+
+    decided, tuners = simulate(3, 150, in_flight, seed, table)
+    assert all(d == decided[0] for d in decided)
+    kinds = [t.kinds[KEY] for t in tuners]
+    assert all(k.times == kinds[0].times and k.dropped == kinds[0].dropped for k in kinds)
+    if in_flight == 1:
+        assert not kinds[0].learning and kinds[0].best() == target
+
+
+def test_a_loser_runs_its_warm_up_and_one_timed_call():
+    kind = Tuner().kind(KEY, DEFAULT_PROFILE)
+    loser = kind.candidates[1]
+
+    def table(plan, rank):
+        return 5e-3 if plan == loser else 1e-3
+
+    decided, tuners = simulate(2, 60, 1, 0, table)
+    assert decided[0].count(loser) == 2
+    assert loser in tuners[0].kinds[KEY].dropped
+
+
+def test_a_kind_the_profile_measured_is_not_tuned():
+    first = Tuner().kind(KEY, DEFAULT_PROFILE).candidates[0]
+    measured = replace(DEFAULT_PROFILE, plans={"4x1": {str(first): ((4 << 20, 1e-3),)}})
+    assert Tuner().kind(KEY, measured) is None
+    assert Tuner().decide(0, KEY, measured, 4 << 20) is None
+
+
+def test_what_was_learned_reloads_as_measured_plans():
+    kind_table = {}
+
+    def table(plan, rank):
+        return kind_table.setdefault(plan, 1e-3 * (1 + len(kind_table)))
+
+    _, tuners = simulate(2, 40, 1, 0, table)
+    profile = tuners[0].profile(DEFAULT_PROFILE)
+    assert "4x1" in profile.plans and "tuned online" in profile.source
+    again = type(profile).from_dict(profile.to_dict())
+    assert again.plans == profile.plans
+    assert Tuner().kind(KEY, again) is None  # its first choice is measured now
+
+
+def test_a_plan_warms_up_once_per_communicator_not_once_per_kind():
+    """Its first call in any kind is its warm-up (untimed); in a later kind the plan's
+    first call is timed, so a kind of 7 candidates learns within 2 calls a candidate."""
+    tuner = Tuner()
+    tuner.measure = lambda plan, seconds: 1e-3
+    small = key_of(64 << 10, "float32", "sum", "int8", TOPOLOGY, True)
+    turn = 0
+    for key in (small, KEY):
+        kind = tuner.kind(key, DEFAULT_PROFILE)
+        calls = 0
+        while kind.learning:
+            tuner.finished(turn - 1, 0.0)
+            highs = agreed([tuner.slots(turn)])
+            tuner.learn(turn, highs[len(highs) - SLOTS:])
+            tuner.decide(turn, key, DEFAULT_PROFILE, 64 << 10 if key is small else 4 << 20)
+            tuner.done(turn)
+            turn, calls = turn + 1, calls + 1
+        shared = [c for c in kind.candidates if c in tuner.kinds[small].candidates]
+        assert key is small or shared  # else the bound below would not tell the rules apart
+        warm_ups = len(kind.candidates) if key is small else len(kind.candidates) - len(shared)
+        # each candidate TRIALS timed calls, plus its warm-up where cold, plus one call
+        # whose time the next agreement brings
+        assert calls <= tuning.TRIALS * len(kind.candidates) + warm_ups + 1, (key, calls)

@@ -1,0 +1,381 @@
+"""Online tuning: ``algorithm="auto"`` times the model's best few plans on the job's own calls.
+
+The cost model prices plans from a profile; without a calibration run that profile is
+the defaults, which may describe another network. So the first calls of each kind (size
+bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
+key) run the model's best few candidates in turn, each timed as the slowest rank saw
+it; a plan's first call on the communicator (for a dtype) is its untimed warm-up (Numba
+compiles its kernels, sub-communicators are split), in whichever kind it comes first; then the fastest runs, and one call in ``RECHECK`` runs a runner-up, so a changed
+machine or network is noticed. A candidate more than ``DROP`` x the best so far is
+dropped after its first timed call, for good (and so is a best that becomes that slow).
+
+Every rank must run the same plan for the same call, so a decision is a function of
+agreed numbers only:
+
+- each call's agreement (collectives/agreement.py: one small Iallreduce, posted in start
+  order) carries, for each of the ``WINDOW`` calls before it, the time this rank took
+  for that call if it has finished it, else 0 (`Tuner.slots`). The agreement gives the
+  maximum (the slowest rank's time) and the minimum: a minimum of 0 means some rank had
+  not finished that call yet (a non-blocking call still in flight); the time is then
+  left to a later agreement, and lost after ``WINDOW`` of them (the candidate is tried
+  again, at most ``TRIES`` times);
+- agreements are read in start order (`Tuner.in_order`, `Tuner.learn`), whatever order
+  they complete in on a rank, so the state they build is the same sequence on every rank;
+- a call's plan is decided after its own agreement has been read (`Tuner.decide`), from
+  that state: the same on every rank. What a rank measured alone never decides anything.
+
+Which plans may be tried is fixed before any timing: the model's ``LOSSLESS`` best
+lossless plans, MPI's own Allreduce where the op and dtype allow it, and with a codec
+allowed the model's ``CODED`` best that carry it
+(`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
+never a lossy codec the caller did not pass). A call started before the last
+agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
+only shrinks as agreements are read, so what a call prepares for (MPI collectives in
+start order) covers what it runs.
+
+A kind the profile already measured (``Profile.plans`` of this layout has the model's
+first choice: ``zipcoll-bench calibrate --plans``, or a saved tuning) is not tuned.
+``Tuner.profile`` gives the profile with what was learned, to save and reload.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from zipcoll.collectives.planning.model import Shape
+from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
+from zipcoll.collectives.planning.profile import Profile
+from zipcoll.collectives.planning.selector import bucket_size, size_bucket, spec_of
+from zipcoll.collectives.progress import Gate
+from zipcoll.collectives.registry import SCHEDULES
+from zipcoll.collectives.schedule import Steps
+
+LOSSLESS = 3   # lossless candidates tried per kind
+CODED = 3      # candidates carrying the allowed codec
+TRIALS = 2     # timed calls of each candidate before the fastest is settled on
+TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
+DROP = 2.0     # a candidate this much slower than the best so far is dropped
+RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
+SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed
+KEEP = 8       # the latest times kept per candidate; its estimate is their median
+WINDOW = 4     # a call's time rides in the agreements of the WINDOW calls after it
+SLOTS = 2 * WINDOW  # numbers the agreement carries: (t, -t) per call, microseconds, 0: not done
+
+log = logging.getLogger("zipcoll.tuning")
+
+
+@dataclass
+class Kind:
+    """One kind of call's tuning: its candidates (model order) and what their calls took.
+
+    Its estimates, best and whether it is still learning are kept up to date as times
+    come in (auto asks on every call). Once no candidate is owed a trial it never is
+    again: tries and times only grow, candidates are only dropped.
+    """
+
+    label: str
+    candidates: list[PlanShape]
+    predicted: dict[PlanShape, float]
+    dtype: str = "float32"
+    times: dict[PlanShape, list[float]] = field(default_factory=dict)
+    sizes: dict[PlanShape, list[int]] = field(default_factory=dict)
+    tries: dict[PlanShape, int] = field(default_factory=dict)
+    pending: dict[PlanShape, int] = field(default_factory=dict)
+    dropped: list[PlanShape] = field(default_factory=list)
+    calls: int = 0
+    rechecks: int = 0
+    settled: PlanShape | None = None
+    loud: bool = True  # logs what it learns (rank 0's)
+    # (plan, dtype) that ran on the communicator already (the Tuner's, shared by its kinds)
+    warmed: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._alive = list(self.candidates)
+        self._estimates: dict[PlanShape, float] = {}
+        self._best: PlanShape | None = None
+        self._learning = True
+
+    def alive(self) -> list[PlanShape]:
+        """The candidates not dropped, in model order."""
+        return self._alive
+
+    def estimate(self, plan: PlanShape) -> float | None:
+        """The median of `plan`'s latest KEEP times; None untimed."""
+        return self._estimates.get(plan)
+
+    def best(self) -> PlanShape | None:
+        """The alive candidate with the lowest estimate (ties: model order); None untimed."""
+        return self._best
+
+    @property
+    def learning(self) -> bool:
+        """Whether a candidate still lacks its TRIALS times (and has tries left)."""
+        return self._learning
+
+    def _owed(self, plan: PlanShape) -> bool:
+        """Whether `plan` is still owed a call: its warm-up, or a trial (times learned or
+        in flight short of TRIALS, and tries left)."""
+        tries = self.tries.get(plan, 0)
+        return self.cold(plan) or (len(self.times.get(plan, ())) + self.pending.get(plan, 0)
+                                   < TRIALS and tries < TRIES)
+
+    def cold(self, plan: PlanShape) -> bool:
+        """Whether `plan`'s next call is its warm-up (its first on the communicator)."""
+        return (plan, self.dtype) not in self.warmed
+
+
+    def _refresh(self) -> None:
+        timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
+                 if c in self._estimates]
+        self._best = min(timed)[2] if timed else None
+        if self._learning:
+            self._learning = any(self.cold(c) or len(self.times.get(c, ())) < TRIALS
+                                 and self.tries.get(c, 0) < TRIES for c in self._alive)
+
+    def choose(self) -> PlanShape:
+        """The next call's plan: the first candidate (model order) still owed a call, else
+        the best (or, one call in RECHECK, a runner-up in turn); then counts its try."""
+        self.calls += 1
+        plan = None
+        if self._learning:
+            plan = next((c for c in self._alive if self._owed(c)), None)
+        if plan is None:
+            plan = self._best or self._alive[0]
+            others = len(self._alive) - 1
+            if not self._learning and others and self.calls % RECHECK == 0:
+                self.rechecks += 1
+                plan = [c for c in self._alive if c != plan][(self.rechecks - 1) % others]
+        self.tries[plan] = self.tries.get(plan, 0) + 1
+        if self._learning:
+            self._refresh()
+        return plan
+
+    def learn(self, plan: PlanShape, seconds: float, nbytes: int) -> None:
+        """A call's agreed time: kept, then every candidate over DROP x the best dropped."""
+        times, sizes = self.times.setdefault(plan, []), self.sizes.setdefault(plan, [])
+        times.append(seconds)
+        sizes.append(nbytes)
+        del times[:-KEEP], sizes[:-KEEP]
+        self._estimates[plan] = statistics.median(times)
+        self._drop()
+
+    def lost(self) -> None:
+        """A call's time never reached every rank: drop candidates never timed that ran
+        out of tries (none left is judged on nothing)."""
+        self._drop()
+
+    def _drop(self) -> None:
+        self._refresh()
+        best = self._best
+        for c in list(self._alive):
+            if len(self._alive) == 1:
+                break
+            estimate = self.estimate(c)
+            exhausted = estimate is None and self.tries.get(c, 0) >= TRIES and not self.pending.get(c)
+            if exhausted or best is not None and estimate is not None and estimate > DROP * self.estimate(best):
+                self.dropped.append(c)
+                self._alive.remove(c)
+                if self.loud:
+                    log.info("auto %s: dropped %s (%s)", self.label, c,
+                             "its times never reached every rank" if exhausted else
+                             f"{estimate * 1e3:.3f} ms, over {DROP:g}x {best}'s "
+                             f"{self.estimate(best) * 1e3:.3f} ms")
+        self._refresh()
+        if not self._learning and self.settled != self._best:
+            self.settled = self._best
+            if self.settled is not None and self.loud:
+                log.info("auto %s: settled on %s, %.3f ms measured (the model predicted "
+                         "%.3f ms)", self.label, self.settled,
+                         self.estimate(self.settled) * 1e3, self.predicted[self.settled] * 1e3)
+
+
+@dataclass
+class _Ran:
+    kind: Kind
+    plan: PlanShape
+    nbytes: int
+    warm_up: bool  # a plan's first call on the communicator: Numba compiles, splits
+
+
+class Tuner:
+    """One communicator's online tuning (kept on its Context).
+
+    `measure(plan, seconds)`: what a call's time counts as (the identity; a test injects
+    its own timer here: the communicator and MPI stay real). `clock`: the time source.
+    """
+
+    def __init__(self, rank: int = 0):
+        self.kinds: dict[tuple, Kind | None] = {}  # None: measured in the profile, not tuned
+        self._ran: dict[int, _Ran] = {}  # turn -> what that call ran (the same on every rank)
+        self._took: dict[int, float] = {}  # turn -> this rank's seconds (its own measurement)
+        self._read = 0  # agreements read, in start order
+        self._passed: set[int] = set()
+        self._warmed: set = set()  # (plan, dtype) that ran here: warm-ups done
+        self.rank = rank
+        self.clock: Callable[[], float] = time.perf_counter
+        self.measure: Callable[[PlanShape, float], float] = lambda plan, seconds: seconds
+
+    # -- the agreement's part ----------------------------------------------------------
+    def slots(self, turn: int) -> list[int]:
+        """What call `turn`'s agreement carries: for each of the WINDOW calls before it,
+        (t, -t) with t this rank's microseconds for it, 0 where not finished or not tuned."""
+        for old in [t for t in self._took if t < turn - WINDOW]:
+            del self._took[old]
+        out = []
+        for back in range(1, WINDOW + 1):
+            seconds = self._took.get(turn - back)
+            us = 0 if seconds is None else max(1, int(round(seconds * 1e6)))
+            out += [us, -us]
+        return out
+
+    def in_order(self, turn: int) -> Steps:
+        """Wait until every older call's agreement has been read (or passed)."""
+        if self._read != turn:
+            yield Gate(lambda: self._read == turn)
+
+    def learn(self, turn: int, highs: Any) -> None:
+        """Read call `turn`'s agreed slots (their maxima; in start order, after `in_order`):
+        a time every rank had is the slowest rank's; one some rank lacked waits, and is
+        lost once out of the window."""
+        for back in range(1, WINDOW + 1):
+            ran = self._ran.get(turn - back)
+            if ran is None:
+                continue
+            slowest, fastest = int(highs[2 * back - 2]), -int(highs[2 * back - 1])
+            if fastest > 0:  # every rank had finished it
+                del self._ran[turn - back]
+                if not ran.warm_up:  # a warm-up's time is not the plan's
+                    ran.kind.pending[ran.plan] -= 1
+                    ran.kind.learn(ran.plan, slowest * 1e-6, ran.nbytes)
+        for old in [t for t in self._ran if t <= turn - WINDOW]:
+            ran = self._ran.pop(old)
+            if not ran.warm_up:
+                ran.kind.pending[ran.plan] -= 1
+                ran.kind.lost()
+
+    def done(self, turn: int) -> None:
+        """Call `turn`'s agreement is read, or it has none (idempotent)."""
+        if turn >= self._read:
+            self._passed.add(turn)
+        while self._read in self._passed:
+            self._passed.discard(self._read)
+            self._read += 1
+
+    # -- the decision -------------------------------------------------------------------
+    def kind(self, key: tuple, profile: Profile) -> Kind | None:
+        """The tuning of one kind of call; None where the profile measured it already."""
+        if key not in self.kinds:
+            self.kinds[key] = found = _new_kind(key, profile)
+            if found is not None:
+                found.loud, found.warmed = self.rank == 0, self._warmed
+            if found is not None and found.loud:
+                log.info("auto %s: learning, trying %s", found.label,
+                         "; ".join(map(str, found.candidates)))
+        return self.kinds[key]
+
+    def decide(self, turn: int, key: tuple, profile: Profile, nbytes: int) -> PlanShape | None:
+        """Call `turn`'s plan (after its agreement is read: the same on every rank); None:
+        not tuned, the model's choice stands."""
+        kind = self.kind(key, profile)
+        if kind is None:
+            return None
+        plan = kind.choose()
+        if not kind.learning and plan == kind.best() and kind.calls % SAMPLE:
+            return plan  # settled: one call of the best in SAMPLE is timed, enough to see it slow
+        warm_up = kind.cold(plan)
+        self._warmed.add((plan, kind.dtype))
+        if not warm_up:
+            kind.pending[plan] = kind.pending.get(plan, 0) + 1
+        self._ran[turn] = _Ran(kind, plan, nbytes, warm_up)
+        return plan
+
+    def possible(self, key: tuple, profile: Profile) -> list[PlanShape]:
+        """Every plan a call of this kind started now may run (a superset of what it will)."""
+        kind = self.kind(key, profile)
+        return [] if kind is None else kind.alive()
+
+    def finished(self, turn: int, seconds: float) -> None:
+        """This rank's call `turn` ended after `seconds` of its steps (kept if tuned)."""
+        ran = self._ran.get(turn)
+        if ran is not None:
+            self._took[turn] = self.measure(ran.plan, seconds)
+
+    # -- what was learned ----------------------------------------------------------------
+    def learning(self) -> list[str]:
+        """The kinds still trying candidates."""
+        return [k.label for k in self.kinds.values() if k is not None and k.learning]
+
+    def measured(self, key: tuple) -> dict[PlanShape, tuple[float, int]]:
+        """(estimate, calls timed) of each candidate of one kind (empty if untuned)."""
+        kind = self.kinds.get(key)
+        if kind is None:
+            return {}
+        return {c: (kind.estimate(c), len(kind.times[c])) for c in kind.candidates
+                if kind.times.get(c)}
+
+    def measured_for(self, nbytes: int, topology: Any, codec: Any = None,
+                     dtype: Any = "float32", op: str = "sum",
+                     native: bool = True) -> dict[PlanShape, tuple[float, int]]:
+        """`measured` of the kind a call with these arguments belongs to."""
+        return self.measured(key_of(nbytes, dtype, op, codec, topology, native))
+
+    def profile(self, base: Profile) -> Profile:
+        """`base` with what was learned as measured plans (``Profile.plans``, the form of
+        ``calibrate --plans``): float32 SUM kinds, each plan at its calls' mean size, its
+        estimate; where kinds share a plan at one size, the lower."""
+        plans = {layout: dict(table) for layout, table in base.plans.items()}
+        points: dict[tuple[str, str], dict[int, float]] = {}
+        for key, kind in self.kinds.items():
+            if kind is None or key[1] != "float32" or key[2] != "sum":
+                continue
+            for plan, times in kind.times.items():
+                size = int(np.mean(kind.sizes[plan]))
+                at = points.setdefault((key[4].label, str(plan)), {})
+                at[size] = min(at.get(size, float("inf")), kind.estimate(plan))
+        for (layout, plan), at in points.items():
+            table = plans.setdefault(layout, {})
+            merged = dict(table.get(plan, ()))
+            merged.update(at)
+            table[plan] = tuple(sorted(merged.items()))
+        return replace(base, plans=plans, source=f"{base.source} + tuned online")
+
+
+def key_of(nbytes: int, dtype: Any, op: str, codec: Any, topology: Any, native: bool) -> tuple:
+    """A kind of call: the Selector's key (size bucket, dtype, op, codec spec, layout shape,
+    native plans allowed), each part the same on every rank."""
+    return (size_bucket(nbytes), _dtype_name(dtype), "sum" if op in ("sum", "mean") else op,
+            spec_of(codec), _shape_of(topology), bool(native))
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: Any) -> str:
+    return np.dtype(dtype).name
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_of(topology: Any) -> Shape:
+    return Shape.of(topology)
+
+
+def _new_kind(key: tuple, profile: Profile) -> Kind | None:
+    bucket, dtype, op, spec, shape, native = key
+    ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
+    if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
+        return None  # one rank: a copy; measured: what the job did already decides
+    lossless = [p for _, p in ranked if p.inter_codec is None and p.intra_codec is None]
+    coded = [p for _, p in ranked if p.inter_codec is not None and not codec_idle(p, shape)]
+    # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
+    own = [p for p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
+    chosen = set(lossless[:LOSSLESS] + coded[:CODED] + own)
+    candidates = [p for _, p in ranked if p in chosen]  # model order
+    if len(candidates) < 2:
+        return None
+    label = (f"{bucket_size(bucket)} B {dtype} {op}" + (f" codec {spec}" if spec else "")
+             + f" on {shape.label}")
+    return Kind(label, candidates, {p: s for s, p in ranked}, dtype)
