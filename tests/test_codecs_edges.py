@@ -72,7 +72,7 @@ def edge_vectors(draw, dtype):
     family = draw(st.sampled_from(["one_scale", "spread", "subnormal", "huge_and_tiny", "drawn"]))
     if family == "one_scale":  # every |x| below 2**e, e anywhere in the range
         e = draw(st.integers(lowest, info.maxexp))
-        v = signs * rng.uniform(0, 1, n) * 2.0**e
+        v = signs * np.ldexp(rng.uniform(0, 1, n), e)  # float64's 2**1024 is past a Python float
     elif family == "spread":
         v = signs * np.exp2(rng.uniform(lowest, info.maxexp, n))
     elif family == "subnormal":  # exact multiples of the smallest subnormal
