@@ -209,9 +209,9 @@ class LowRankRequest:
         """Wait for the current round, then start the next one (or finish)."""
         if self._done:
             return
-        for r in self._waiting:
-            r.wait()
         try:
+            for r in self._waiting:
+                r.wait()
             requests, self._final = next(self._rounds)
             self._waiting = [r for r in requests if r is not None]
         except StopIteration:
@@ -358,8 +358,6 @@ def _rounds(state: PowerSGDState, work: _Work) -> Iterator[tuple]:
                                 "(shapes, dtype), settings or random generators; nothing "
                                 "was sent")
         state.checked.update(work.keys)
-    state.numel_before += work.stats[0]
-    state.numel_after += work.stats[1]
     ms, ps, qs, p_flat, q_flat = _start_ps(state, work)
     dense = xp.concatenate([a.reshape(-1) for a in work.dense]) if work.dense else None
     dense_done = (_iallreduce(MPI.IN_PLACE, dense, op="mean", **call)
@@ -372,7 +370,7 @@ def _rounds(state: PowerSGDState, work: _Work) -> Iterator[tuple]:
         yield [_iallreduce(MPI.IN_PLACE, q_flat, op="mean", codec=state.codec, **call),
                dense_done], True
         for item, m, p, q in zip(work.items, ms, ps, qs):
-            _decompress(state, xp, item, p, q)
+            _decompress(state, xp, item, m, p, q)
     else:
         yield [dense_done], True
     if dense is not None:
@@ -380,6 +378,8 @@ def _rounds(state: PowerSGDState, work: _Work) -> Iterator[tuple]:
         for a in work.dense:
             a[...] = dense[start:start + a.size].reshape(a.shape)
             start += a.size
+    state.numel_before += work.stats[0]
+    state.numel_after += work.stats[1]
 
 
 def _start_ps(state: PowerSGDState, work: _Work) -> tuple:
@@ -413,31 +413,27 @@ def _start_ps(state: PowerSGDState, work: _Work) -> tuple:
 
 
 def _with_residual(state: PowerSGDState, item: _Item, xp: Any) -> Any:
-    """The item's matrices (b x n x m) with last call's residuals added: with error
-    feedback the residual arrays themselves hold M + residual (no other copy)."""
+    """The item's matrices (b x n x m), with error feedback last call's residuals added
+    (into new arrays: the state changes only once the call has ended)."""
     matrices = [a.reshape(item.n, item.m) for a in item.arrays]
     if state.use_error_feedback:
         for i, key in enumerate(item.keys):
             held = state.residuals.get(key)
-            if held is None or held.shape != (item.n, item.m):
-                state.residuals[key] = xp.array(matrices[i], copy=True)
-            else:
-                held = xp.asarray(held)
-                held += matrices[i]
-                state.residuals[key] = held
-            matrices[i] = state.residuals[key]
+            fits = held is not None and held.shape == (item.n, item.m)
+            matrices[i] = xp.asarray(held) + matrices[i] if fits else xp.array(matrices[i])
     if len(matrices) == 1:
         return matrices[0][None]
     return xp.stack(matrices)
 
 
-def _decompress(state: PowerSGDState, xp: Any, item: _Item, p: Any, q: Any) -> None:
+def _decompress(state: PowerSGDState, xp: Any, item: _Item, m: Any, p: Any, q: Any) -> None:
     """M ≈ P Qᵀ into the caller's arrays; residual = (M + residual) - P Qᵀ; keep Q."""
     approx = xp.matmul(p, q.transpose(0, 2, 1))
     for i, (key, a) in enumerate(zip(item.keys, item.arrays)):
         a[...] = approx[i].reshape(a.shape)
         if state.use_error_feedback:
-            state.residuals[key] -= approx[i]
+            m[i] -= approx[i]
+            state.residuals[key] = m[i]
         if state.warm_start:
             state.qs[key] = q[i].copy()
 
