@@ -451,12 +451,13 @@ def orthogonalize(xp: Any, batch: Any, epsilon: float = 0.0) -> None:
 
 
 def gram_schmidt(xp: Any, batch: Any, epsilon: float = 0.0) -> None:
-    """Modified Gram-Schmidt on each matrix's columns, in place. A column of zeros stays
-    zeros where `epsilon` is 0 (its norm is taken as 1)."""
+    """Modified Gram-Schmidt on each matrix's columns, in place, each column divided by its
+    norm + `epsilon`; a column of zeros stays zeros (divided by 1, not by 0)."""
     for i in range(batch.shape[2]):
         col = batch[:, :, i:i + 1]
         norm = xp.sqrt(xp.sum(col * col, axis=1, keepdims=True))
-        col /= norm + epsilon if epsilon else xp.where(norm == 0, 1, norm)
+        norm = norm + epsilon if epsilon else norm
+        col /= xp.where(norm == 0, 1, norm)  # 0 / 0 would be NaN (an epsilon can underflow)
         if i + 1 < batch.shape[2]:
             rest = batch[:, :, i + 1:]
             rest -= xp.sum(col * rest, axis=1, keepdims=True) * col
