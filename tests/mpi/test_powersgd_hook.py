@@ -256,3 +256,23 @@ def test_arguments_checked():
         ztorch.powersgd_hook(start_powerSGD_iter=-1)
     with pytest.raises(ValueError):
         ztorch.powersgd_hook(codec="nonesuch")
+
+
+def test_overlap_returns_unfinished_futures(comm):
+    """overlap=True: each bucket's rounds are on the wire while backward goes on, the
+    last bucket's hook completes every future, and nothing is left in flight."""
+    state, hook = ztorch.powersgd_hook(2, start_powerSGD_iter=1, algorithm="ring", overlap=True)
+    futures = []
+
+    def recording(state, bucket):
+        future = hook(state, bucket)
+        futures.append((state.iter, bucket.is_last(), future.done()))
+        return future
+
+    model = make_model("cnn", bucket_mb=0.002)  # a bucket a layer or so
+    model.register_comm_hook(state, recording)
+    train(comm, model, "cnn", 4)
+    compressed = [(last, done) for it, last, done in futures if it >= 1]
+    assert sum(not last for last, _ in compressed) > 3  # buckets before the last
+    assert all(done == last for last, done in compressed)
+    assert not state.in_flight and not state.powersgd.in_flight
