@@ -168,10 +168,14 @@ def allreduce(state: PowerSGDState, tensors: Sequence[Any],
 
 def iallreduce(state: PowerSGDState, tensors: Sequence[Any],
                keys: Sequence[Hashable] | None = None) -> "LowRankRequest":
-    """Start `allreduce`; the request advances on test() and finishes on wait().
+    """Start `allreduce`; the request finishes on wait() (see `LowRankRequest`).
 
-    Its rounds are zipcoll non-blocking calls: any zipcoll wait or test on this thread
-    advances them too, and test() starts the next round once the last one has ended.
+    Its rounds are zipcoll non-blocking calls, which any zipcoll wait or test on this
+    thread advances. A round starts only at a point of the program that every rank
+    reaches in the same order: this call first starts the next round of each earlier
+    call on `state` still in flight, waiting for its current round (the one wait of a
+    non-blocking call here: it orders the rounds alike on every rank, so other zipcoll
+    calls on the communicator may go between them).
     """
     return _start(state, tensors, keys, blocking=False)
 

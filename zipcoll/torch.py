@@ -396,7 +396,8 @@ def _powersgd_bucket(state: PowerSGDHookState, bucket: dist.GradBucket,
             lowrank.allreduce(state.powersgd, [views.pop(n) for n in group], list(group))
         if views:
             lowrank.allreduce(state.powersgd, list(views.values()), list(views))
-        state.finish() if bucket.is_last() else None
+        if bucket.is_last():
+            state.finish()
         future.set_result(grad)
         return future
     state._key(bucket.index(), ids)  # the bucket layout a checkpoint records
