@@ -102,6 +102,7 @@ class PowerSGDState:
     numel_after: int = field(default=0, repr=False)  # elements sent
     checked: set = field(default_factory=set, repr=False)  # keys every rank has compared
     in_flight: list = field(default_factory=list, repr=False)  # LowRankRequests, oldest first
+    spare: dict = field(default_factory=dict, repr=False)  # key -> array for M + residual
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
@@ -125,6 +126,7 @@ class PowerSGDState:
         """Forget every Q and residual (the generator goes on)."""
         self.qs.clear()
         self.residuals.clear()
+        self.spare.clear()
 
     def state_dict(self) -> dict:
         """This rank's state, host NumPy arrays and plain types: the settings that must
@@ -148,6 +150,7 @@ class PowerSGDState:
         self.rng.set_state((name, np.asarray(keys, np.uint32), pos, has_gauss, gauss))
         self.qs = {_hashable(k): np.asarray(q) for k, q in state["qs"]}
         self.residuals = {_hashable(k): np.asarray(r) for k, r in state["residuals"]}
+        self.spare.clear()
         self.numel_before, self.numel_after = (int(n) for n in state["stats"])
         self.checked.clear()  # every rank compares again: they may have loaded different states
 
@@ -417,14 +420,23 @@ def _start_ps(state: PowerSGDState, work: _Work) -> tuple:
 
 
 def _with_residual(state: PowerSGDState, item: _Item, xp: Any) -> Any:
-    """The item's matrices (b x n x m), with error feedback last call's residuals added
-    (into new arrays: the state changes only once the call has ended)."""
+    """The item's matrices (b x n x m), with error feedback last call's residuals added.
+
+    Into a second array a key (`state.spare`, last call's residual array): the state
+    changes only once the call has ended, and no new memory is touched each step.
+    """
     matrices = [a.reshape(item.n, item.m) for a in item.arrays]
     if state.use_error_feedback:
         for i, key in enumerate(item.keys):
             held = state.residuals.get(key)
-            fits = held is not None and held.shape == (item.n, item.m)
-            matrices[i] = xp.asarray(held) + matrices[i] if fits else xp.array(matrices[i])
+            if held is None or held.shape != (item.n, item.m):
+                matrices[i] = xp.array(matrices[i])
+                continue
+            held = state.residuals[key] = xp.asarray(held)  # a loaded state's, on this device
+            spare = state.spare.get(key)
+            if spare is None or spare.shape != held.shape or type(spare) is not type(held):
+                spare = xp.empty_like(held)
+            matrices[i] = xp.add(held, matrices[i], out=spare)
     if len(matrices) == 1:
         return matrices[0][None]
     return xp.stack(matrices)
@@ -432,11 +444,17 @@ def _with_residual(state: PowerSGDState, item: _Item, xp: Any) -> Any:
 
 def _decompress(state: PowerSGDState, xp: Any, item: _Item, m: Any, p: Any, q: Any) -> None:
     """M ≈ P Qᵀ into the caller's arrays; residual = (M + residual) - P Qᵀ; keep Q."""
-    approx = _bmm(xp, p, q.transpose(0, 2, 1), xp.empty((len(item.keys), item.n, item.m), p.dtype))
     for i, (key, a) in enumerate(zip(item.keys, item.arrays)):
-        a[...] = approx[i].reshape(a.shape)
+        direct = a.flags.c_contiguous  # then reshape is a view: the product goes in place
+        approx = a.reshape(item.n, item.m) if direct else xp.empty((item.n, item.m), a.dtype)
+        xp.matmul(p[i], q[i].T, out=approx)
+        if not direct:
+            a[...] = approx.reshape(a.shape)
         if state.use_error_feedback:
-            m[i] -= approx[i]
+            m[i] -= approx
+            old = state.residuals.get(key)
+            if len(item.keys) == 1 and old is not None and old.shape == m[i].shape:
+                state.spare[key] = old  # the next call's M + residual goes there
             state.residuals[key] = m[i]
         if state.warm_start:
             state.qs[key] = q[i].copy()

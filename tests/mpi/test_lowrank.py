@@ -188,3 +188,13 @@ def test_different_shapes_fail_every_rank(comm):
     other = lowrank.PowerSGDState(2 if comm.rank == 0 else 1, algorithm="ring")
     with pytest.raises(zipcoll.MismatchError):
         lowrank.allreduce(other, [np.ones((12, 8))])
+
+
+def test_strided_and_fortran_arrays_written_back(comm):
+    """Arrays whose reshape is a copy (Fortran order, a transposed view) still get the result."""
+    tensors, want = low_rank_grads(comm)
+    given = [np.asfortranarray(tensors[0]), tensors[0].T.copy().T]
+    state = lowrank.PowerSGDState(3, algorithm="ring")
+    lowrank.allreduce(state, given)
+    for got in given:
+        np.testing.assert_allclose(got, want[0], atol=1e-9)
