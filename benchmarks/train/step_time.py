@@ -85,9 +85,10 @@ def make_model(width: int, seed: int = 0) -> torch.nn.Module:
                                torch.nn.Linear(1024, 10))
 
 
-def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[float]:
+def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list,
+                counted: dict | None = None) -> list[float]:
     """Per-step seconds (slowest rank) of --steps steps after --warmup; `hook_seconds` gets
-    the time in the hook during those steps only."""
+    the time in the hook during those steps only, `counted` the bytes zipcoll sent a step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(comm.rank)
     x, y = torch.randn(args.batch, 1024, generator=g), torch.randint(0, 10, (args.batch,))
@@ -96,6 +97,7 @@ def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[
         comm.Barrier()
         if step == args.warmup:
             del hook_seconds[start_of_round:]
+            sent = COUNTER.bytes
         start = time.perf_counter()
         opt.zero_grad(set_to_none=False)  # no fresh gradient memory each step
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -104,6 +106,8 @@ def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[
         if step >= args.warmup:
             times.append(comm.allreduce(elapsed, op=MPI.MAX))
     del opt
+    if counted is not None:
+        counted["bytes_per_step"] = (COUNTER.bytes - sent) / args.steps
     return times
 
 
@@ -115,9 +119,7 @@ def timed_config(comm, hook_args: dict | None, args, hook_seconds: list,
     model = DDP(make_model(args.width), gradient_as_bucket_view=args.bucket_view, **ddp_args)
     if hook_args is not None:
         model.register_comm_hook(state, timing_hook(hook, hook_seconds))
-    sent = COUNTER.bytes
-    step = timed_steps(comm, model, args, hook_seconds)
-    counted["bytes_per_step"] = (COUNTER.bytes - sent) / (args.warmup + args.steps)
+    step = timed_steps(comm, model, args, hook_seconds, counted)
     if hook_args is not None:
         counted["compression"] = compression(state)
         reset(state)
