@@ -33,7 +33,6 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import zipcoll.torch as ztorch  # noqa: E402
 from hooks import make_hook, reset  # noqa: E402
 from step_time import CONFIGS, make_model, model_arguments, start_job  # noqa: E402
 
