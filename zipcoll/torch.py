@@ -43,6 +43,11 @@ futures only after that, when backward ends. MPI moves data only inside MPI call
 (Open MPI's TCP and shared-memory transports have no progress thread), so a call moves
 between hooks only what its posted sends have handed the kernel.
 
+PowerSGD (`powersgd_hook`, PyTorch's `powerSGD_hook` arguments plus zipcoll's): each
+bucket's matrices at low rank through `zipcoll.lowrank`, its state kept per parameter
+number, so DDP's rebuild moves nothing; the first iterations go through `allreduce_hook`
+(docs/lowrank.md).
+
 This module is `zipcoll.torch`; it imports PyTorch absolutely (`import torch`), which is
 the real package, never this module. (No `from __future__ import annotations` here:
 DDP checks the hook's annotations as objects, dist.GradBucket and Future[Tensor].)
