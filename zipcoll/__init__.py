@@ -9,7 +9,8 @@
     comm = zipcoll.Intracomm(MPI.COMM_WORLD)   # drop-in: comm.Allreduce(...) is zipcoll's
     zipcoll.configure(slice_bytes="4M")        # or ZIPCOLL_SLICE_BYTES=4M (docs/settings.md)
 
-`zipcoll.torch` (PyTorch's DDP communication hook) is imported on first use.
+`zipcoll.torch` (PyTorch's DDP communication hooks) and `zipcoll.lowrank` (PowerSGD) are
+imported on first use.
 """
 import importlib
 
@@ -29,9 +30,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """`zipcoll.torch` on first use: PyTorch is optional and slow to import."""
-    if name == "torch":
-        return importlib.import_module("zipcoll.torch")
+    """`zipcoll.torch` on first use: PyTorch is optional and slow to import (and
+    `zipcoll.lowrank`, PowerSGD, likewise)."""
+    if name in ("torch", "lowrank"):
+        return importlib.import_module(f"zipcoll.{name}")
     raise AttributeError(f"module 'zipcoll' has no attribute {name!r}")
 
 

@@ -43,11 +43,17 @@ futures only after that, when backward ends. MPI moves data only inside MPI call
 (Open MPI's TCP and shared-memory transports have no progress thread), so a call moves
 between hooks only what its posted sends have handed the kernel.
 
+PowerSGD (`powersgd_hook`, PyTorch's `powerSGD_hook` arguments plus zipcoll's): each
+bucket's matrices at low rank through `zipcoll.lowrank`, its state kept per parameter
+number, so DDP's rebuild moves nothing; the first iterations go through `allreduce_hook`
+(docs/lowrank.md).
+
 This module is `zipcoll.torch`; it imports PyTorch absolutely (`import torch`), which is
 the real package, never this module. (No `from __future__ import annotations` here:
 DDP checks the hook's annotations as objects, dist.GradBucket and Future[Tensor].)
 """
 import itertools
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
@@ -57,6 +63,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from zipcoll import lowrank
 from zipcoll.codecs import get_codec
 from zipcoll.collectives import allreduce, iallreduce
 from zipcoll.collectives.encoding import FEEDBACK
@@ -271,6 +278,155 @@ def _reduce_spans(grad: torch.Tensor, spans: list, state: HookState, key: Hashab
         start += b - a
 
 
+@dataclass
+class PowerSGDHookState(HookState):
+    """What one `powersgd_hook` keeps: PowerSGD's own state (`powersgd`, a
+    `zipcoll.lowrank.PowerSGDState`, keyed by parameter number), the iteration, and the
+    bucket bookkeeping it shares with `ddp_comm_hook`'s state (parameter numbers, the
+    calls in flight under overlap, the saved buckets a resumed run replays)."""
+
+    powersgd: lowrank.PowerSGDState | None = None
+    start_powerSGD_iter: int = 1_000
+    iter: int = 0
+    stats_every: int = 10_000
+    next_stats: int = 0
+
+    def reset(self) -> None:
+        """Drop every Q and residual."""
+        super().reset()
+        self.powersgd.reset()
+
+    def state_dict(self) -> dict:
+        """This rank's state for a checkpoint (tensors and plain types: `torch.load(...,
+        weights_only=True)` reads it): the iteration, the buckets of the last pass (their
+        parameters' numbers), and PowerSGD's Qs, residuals and generator."""
+        inner = self.powersgd.state_dict()
+        for name in ("qs", "residuals"):
+            inner[name] = [[k, torch.from_numpy(a)] for k, a in inner[name]]
+        buckets = [self.numbers_of(self.keys[i][2]) for i in sorted(self.keys)]
+        return {"zipcoll.torch.powersgd": 1, "iter": self.iter, "buckets": buckets,
+                "powersgd": inner}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take this rank's `state_dict()`, before the resumed run's first step. Its first
+        pass all-reduces each saved bucket on its own, as the saved run did."""
+        if state.get("zipcoll.torch.powersgd") != 1:
+            raise ValueError("not a state_dict of zipcoll.torch.powersgd_hook")
+        inner = dict(state["powersgd"])
+        for name in ("qs", "residuals"):
+            inner[name] = [[k, a.numpy()] for k, a in inner[name]]
+        self.powersgd.load_state_dict(inner)
+        self.iter = int(state["iter"])
+        self.saved_order = [tuple(int(n) for n in group) for group in state["buckets"]]
+        self.layout = list(self.saved_order)
+
+
+def powersgd_hook(matrix_approximation_rank: int = 1, start_powerSGD_iter: int = 1_000,
+                  min_compression_rate: float = 2, use_error_feedback: bool = True,
+                  warm_start: bool = True, orthogonalization_epsilon: float = 0,
+                  random_seed: int = 0, compression_stats_logging_frequency: int = 10_000,
+                  batch_tensors_with_same_shape: bool = False, *, algorithm: str = "auto",
+                  codec: Any = None, comm: MPI.Intracomm | None = None,
+                  topology: Topology | None = None, overlap: bool = False
+                  ) -> tuple[PowerSGDHookState, Callable[..., torch.futures.Future[torch.Tensor]]]:
+    """(state, hook) for `DistributedDataParallel.register_comm_hook`: PowerSGD over zipcoll.
+
+    The arguments before `*` are PyTorch's `PowerSGDState`'s, with its meanings and
+    defaults: a plain mean all-reduce for the first `start_powerSGD_iter` iterations, then
+    each bucket's matrices (conv weights as dim 0 x the rest) at rank
+    `matrix_approximation_rank` (`zipcoll.lowrank`). Unlike PyTorch's, the state is kept
+    per parameter, not per bucket index, so it survives DDP's bucket rebuild and
+    `start_powerSGD_iter` may be 0 or 1 with error feedback and warm start.
+    `algorithm`, `topology`: as `zipcoll.allreduce`, for every all-reduce; `codec`: for
+    P and Q (the dense tensors and the first iterations go exactly). `comm`: the MPI
+    communicator of the DDP ranks (default COMM_WORLD). `overlap`: start each bucket's
+    rounds and return its future unfinished; later buckets' hooks advance them, and the
+    last bucket's finishes them all.
+
+    >>> model.register_comm_hook(*powersgd_hook(4, start_powerSGD_iter=10, codec="fp16"))  # doctest: +SKIP
+    """
+    if start_powerSGD_iter < 0:
+        raise ValueError(f"start_powerSGD_iter must be >= 0, not {start_powerSGD_iter}")
+    comm = MPI.COMM_WORLD if comm is None else comm
+    inner = lowrank.PowerSGDState(
+        matrix_approximation_rank, min_compression_rate=min_compression_rate,
+        use_error_feedback=use_error_feedback, warm_start=warm_start,
+        orthogonalization_epsilon=orthogonalization_epsilon, random_seed=random_seed,
+        batch_tensors_with_same_shape=batch_tensors_with_same_shape, algorithm=algorithm,
+        codec=codec, comm=comm, topology=topology, init=_torch_normal)
+    # error_feedback=True: state is kept across steps, so a resumed run replays the saved
+    # buckets (`saved_inside`); the plain all-reduces carry no codec
+    state = PowerSGDHookState(comm, algorithm, None, True, topology, overlap, powersgd=inner,
+                              start_powerSGD_iter=start_powerSGD_iter,
+                              stats_every=max(1, compression_stats_logging_frequency))
+    return state, powersgd_ddp_hook
+
+
+def _torch_normal(seed: int, shapes: list, dtype: Any) -> list:
+    """The initial Qs as PyTorch's hook draws them: torch's generator seeded `seed`, one
+    randn a shape, without touching the caller's generator."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return [torch.randn(*shape, dtype=_TORCH_DTYPES[str(dtype)]).numpy() for shape in shapes]
+
+
+_TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+
+
+def powersgd_ddp_hook(state: PowerSGDHookState,
+                      bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The hook: PowerSGD on the bucket's gradients, in place, through zipcoll."""
+    numbers = state.numbers_of(tuple(id(p) for p in bucket.parameters()))
+    if state.iter < state.start_powerSGD_iter:
+        future = allreduce_hook(state, bucket)  # lossless: the codec is P's and Q's
+    else:
+        future = _powersgd_bucket(state, bucket, numbers)
+    if bucket.is_last():
+        state.iter += 1
+        _log_stats(state)
+    return future
+
+
+def _powersgd_bucket(state: PowerSGDHookState, bucket: dist.GradBucket,
+                     numbers: tuple) -> torch.futures.Future[torch.Tensor]:
+    grad = bucket.buffer()
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    inside = state.saved_inside(bucket)
+    if bucket.is_last():
+        state.layout.clear()  # the saved buckets are re-formed in the first pass only
+    ids = tuple(id(p) for p in bucket.parameters())
+    if inside:  # the first step after a checkpoint: each saved bucket as it was reduced
+        views = dict(zip(numbers, bucket.gradients()))
+        for index, group in inside:
+            state._key(index, tuple(ids[numbers.index(n)] for n in group))
+            lowrank.allreduce(state.powersgd, [views.pop(n) for n in group], list(group))
+        if views:
+            lowrank.allreduce(state.powersgd, list(views.values()), list(views))
+        if bucket.is_last():
+            state.finish()
+        future.set_result(grad)
+        return future
+    state._key(bucket.index(), ids)  # the bucket layout a checkpoint records
+    request = lowrank.iallreduce(state.powersgd, bucket.gradients(), list(numbers))
+    if not state.overlap:
+        request.wait()
+        future.set_result(grad)
+        return future
+    state.in_flight.append((request, future, grad))  # the next bucket's call starts its next round
+    if bucket.is_last():
+        state.finish()
+    return future
+
+
+def _log_stats(state: PowerSGDHookState) -> None:
+    if state.iter > state.start_powerSGD_iter and state.iter >= state.next_stats:
+        rate, before, after = state.powersgd.compression_stats()
+        logging.getLogger(__name__).info(
+            "PowerSGD: iteration %s, %s elements before compression, %s after, rate %.3g",
+            state.iter, before, after, rate)
+        state.next_stats = state.iter + state.stats_every
+
+
 def init_process_group(comm: MPI.Intracomm | None = None, backend: str = "gloo",
                        master_addr: str | None = None, port: int | None = None) -> None:
     """Start torch.distributed with the ranks and size of an MPI communicator.
@@ -364,6 +520,5 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-__all__ = ["HookState", "allreduce_hook", "ddp_comm_hook", "fsdp_collectives", "init_process_group",
-           "rendezvous"]
-
+__all__ = ["HookState", "PowerSGDHookState", "allreduce_hook", "ddp_comm_hook", "fsdp_collectives",
+           "init_process_group", "powersgd_ddp_hook", "powersgd_hook", "rendezvous"]

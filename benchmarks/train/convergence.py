@@ -37,7 +37,7 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll.torch as ztorch  # noqa: E402
-from zipcoll.transport import Transport  # noqa: E402
+from hooks import ByteCounter, compression, make_hook, reset, schedule  # noqa: E402
 
 # name -> hook arguments (codec None: zipcoll's lossless ring). Quantizers run per hop on
 # the ring; sign and the sparsifiers encode each rank's own gradient once (allgather),
@@ -56,6 +56,14 @@ CONFIGS = {
     # unscaled: with error feedback the residual carries what was not sent (scaling by
     # 1/ratio, the unbiased form, makes each step 100x too large and training diverges)
     "randomk1%+EF": {"codec": "randomk:ratio=0.01,scaled=false", "algorithm": "allgather"},
+    # PowerSGD (hooks.py): PyTorch's own hook on gloo, zipcoll's over the lossless ring;
+    # compressed from iteration 2 (the earliest PyTorch allows with error feedback)
+    "pytorch-powersgd4": {"hook": "pytorch-powersgd", "matrix_approximation_rank": 4,
+                          "start_powerSGD_iter": 2},
+    **{f"powersgd{r}": {"hook": "powersgd", "matrix_approximation_rank": r,
+                        "start_powerSGD_iter": 2, "algorithm": "ring"} for r in (1, 2, 4, 8)},
+    "powersgd4-fp16": {"hook": "powersgd", "matrix_approximation_rank": 4,
+                       "start_powerSGD_iter": 2, "algorithm": "ring", "codec": "fp16"},
 }
 
 
@@ -94,20 +102,6 @@ def make_model(features: int, classes: int, hidden: int, seed: int,
                                torch.nn.Linear(hidden, classes))
 
 
-class ByteCounter:
-    """Counts the bytes zipcoll's transport hands MPI to send (wraps Transport.isend)."""
-
-    def __init__(self):
-        self.bytes = 0
-        original = Transport.isend
-
-        def counting(transport, arr, dest, tag):
-            self.bytes += arr.nbytes
-            return original(transport, arr, dest, tag)
-
-        Transport.isend = counting
-
-
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     with torch.no_grad():
         return float((model(x).argmax(dim=1) == y).float().mean())
@@ -117,8 +111,8 @@ def run(comm, task, name: str, seed: int, args, counter: ByteCounter) -> dict:
     """Train one (task, codec, seed); the curve, bytes and times."""
     x_train, y_train, x_test, y_test = task
     net = make_model(x_train.shape[1], int(y_train.max()) + 1, args.hidden, seed, args.model)
-    model = DDP(net)
-    state, hook = ztorch.ddp_comm_hook(**CONFIGS[name])
+    state, hook, ddp_args = make_hook(CONFIGS[name])
+    model = DDP(net, **ddp_args)
     model.register_comm_hook(state, hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     shard = torch.arange(comm.rank, len(x_train), comm.size)  # this rank's examples
@@ -134,9 +128,12 @@ def run(comm, task, name: str, seed: int, args, counter: ByteCounter) -> dict:
         step_seconds += time.perf_counter() - start
         if step % args.eval_every == 0 or step == args.steps:
             curve.append((step, accuracy(net, x_test, y_test)))
-    state.reset()
+    rate = compression(state)
+    reset(state)
+    gloo = schedule(CONFIGS[name]) == "gloo"  # bytes on gloo are not counted
     return {"config": name, "seed": seed, "curve": curve, "final_accuracy": curve[-1][1],
-            "bytes_per_step": (counter.bytes - sent_before) / args.steps,
+            "bytes_per_step": None if gloo else (counter.bytes - sent_before) / args.steps,
+            "compression": rate,
             "seconds_per_step": comm.allreduce(step_seconds / args.steps, op=MPI.MAX),
             "parameters": sum(p.numel() for p in net.parameters())}
 
@@ -171,7 +168,7 @@ def main() -> None:
                 results.append(result)
                 if comm.rank == 0:
                     print(f"{task_name:7s} {name:13s} seed {seed}: accuracy "
-                          f"{result['final_accuracy']:.4f}, {result['bytes_per_step']:.0f} B/step, "
+                          f"{result['final_accuracy']:.4f}, {result['bytes_per_step'] or 0:.0f} B/step, "
                           f"{1e3 * result['seconds_per_step']:.2f} ms/step "
                           f"({time.time() - started:.0f} s)", flush=True)
     if comm.rank == 0:

@@ -43,16 +43,27 @@ def table(by: dict, meta: dict) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for name, runs in configs.items():
             acc = np.array([r["final_accuracy"] for r in runs])
-            sent = np.mean([r["bytes_per_step"] for r in runs])
+            counted = [r["bytes_per_step"] for r in runs if r["bytes_per_step"] is not None]
+            sent = np.mean(counted) if counted else None  # None: sent by gloo, not counted
             ms = 1e3 * np.mean([r["seconds_per_step"] for r in runs])
             gap = "" if base_acc is None else f"{100 * (acc.mean() - base_acc):+.2f}"
-            ratio = "" if base_bytes is None else f"{base_bytes / sent:.1f}x"
+            rate = runs[0].get("compression")  # PowerSGD's own count of elements
+            ratio = (f"{rate:.1f}x (elements)" if rate and sent is None else
+                     "" if base_bytes is None or sent is None else f"{base_bytes / sent:.1f}x")
             spec = meta["configs"][name]
-            lines.append(f"| {name} | {spec['algorithm']} | {100 * acc.mean():.2f} ± "
+            shown = "n/a (gloo)" if sent is None else f"{sent:,.0f}"
+            lines.append(f"| {name} | {_schedule(spec)} | {100 * acc.mean():.2f} ± "
                          f"{100 * acc.std():.2f} | {100 * acc.min():.2f} - {100 * acc.max():.2f} | "
-                         f"{gap} | {sent:,.0f} | {ratio} | {ms:.2f} |")
+                         f"{gap} | {shown} | {ratio} | {ms:.2f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _schedule(spec: dict | None) -> str:
+    """What a config's all-reduce runs on (as hooks.schedule, without importing torch)."""
+    if spec is None or spec.get("hook") == "pytorch-powersgd":
+        return "gloo"
+    return spec.get("algorithm", "auto")
 
 
 def plot(by: dict, path: Path) -> None:
@@ -103,14 +114,19 @@ def step_time_report(data: dict, path: Path) -> str:
              f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}.", "",
              f"Command (on the ranks): `{meta['command']}`", "",
              "| config | schedule | step (ms) | compute (ms) | communication (ms) | "
-             "in the hook (ms) | speedup over DDP |", "|---|---|---|---|---|---|---|"]
-    hooks = {row["config"]: row.get("hook") for row in data["rows"]}
+             "in the hook (ms) | speedup over DDP | bytes sent / step / rank | compression |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    rows = {row["config"]: row for row in data["rows"]}
     for name, step, comm, hook in split:
-        schedule = (hooks.get(name) or {}).get("algorithm", "gloo" if name.startswith("DDP")
-                                                  else "-")
+        row = rows[name]
+        spec = row.get("hook")
+        schedule = (_schedule(spec) if spec else "gloo" if name.startswith("DDP") else "-")
+        sent, rate = row.get("bytes_per_step"), row.get("compression")
         lines.append(f"| {name} | {schedule} | {1e3 * step:.0f} | {1e3 * compute:.0f} | "
                      f"{1e3 * comm:.0f} | {'' if hook is None else f'{1e3 * hook:.0f}'} | "
-                     f"{'' if name.startswith('compute') else f'{baseline / step:.2f}x'} |")
+                     f"{'' if name.startswith('compute') else f'{baseline / step:.2f}x'} | "
+                     f"{'' if sent is None else f'{sent:,.0f}'} | "
+                     f"{'' if rate is None else f'{rate:.1f}x (elements)'} |")
     _plot_split(split, path.with_suffix(".png"), _layout(meta))
     return "\n".join(lines) + f"\n\n![step time]({path.stem}.png)\n"
 

@@ -34,6 +34,7 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll.torch as ztorch  # noqa: E402
+from hooks import ByteCounter, compression, make_hook, reset  # noqa: E402
 
 # name -> hook arguments; None: DDP's own all-reduce through the gloo process group.
 CONFIGS = {
@@ -60,6 +61,19 @@ CONFIGS = {
     "zipcoll topk1%+EF (hierarchical; overlap)": {"codec": "topk:ratio=0.01",
                                                  "algorithm": "hierarchical:allgather",
                                                  "overlap": True},
+    # PowerSGD at rank 4 from iteration 2 (inside --warmup): PyTorch's hook on gloo (one
+    # bucket, see hooks.py), zipcoll's over MPI's ring
+    "PyTorch powerSGD_hook rank 4 (gloo)": {"hook": "pytorch-powersgd",
+                                            "matrix_approximation_rank": 4,
+                                            "start_powerSGD_iter": 2},
+    "zipcoll PowerSGD rank 4": {"hook": "powersgd", "matrix_approximation_rank": 4,
+                                "start_powerSGD_iter": 2, "algorithm": "ring"},
+    "zipcoll PowerSGD rank 4 fp16": {"hook": "powersgd", "matrix_approximation_rank": 4,
+                                     "start_powerSGD_iter": 2, "algorithm": "ring",
+                                     "codec": "fp16"},
+    "zipcoll PowerSGD rank 4 (overlap)": {"hook": "powersgd", "matrix_approximation_rank": 4,
+                                          "start_powerSGD_iter": 2, "algorithm": "ring",
+                                          "overlap": True},
 }
 
 
@@ -71,9 +85,10 @@ def make_model(width: int, seed: int = 0) -> torch.nn.Module:
                                torch.nn.Linear(1024, 10))
 
 
-def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[float]:
+def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list,
+                counted: dict | None = None) -> list[float]:
     """Per-step seconds (slowest rank) of --steps steps after --warmup; `hook_seconds` gets
-    the time in the hook during those steps only."""
+    the time in the hook during those steps only, `counted` the bytes zipcoll sent a step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(comm.rank)
     x, y = torch.randn(args.batch, 1024, generator=g), torch.randint(0, 10, (args.batch,))
@@ -82,6 +97,7 @@ def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[
         comm.Barrier()
         if step == args.warmup:
             del hook_seconds[start_of_round:]
+            sent = COUNTER.bytes
         start = time.perf_counter()
         opt.zero_grad(set_to_none=False)  # no fresh gradient memory each step
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -90,19 +106,27 @@ def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list) -> list[
         if step >= args.warmup:
             times.append(comm.allreduce(elapsed, op=MPI.MAX))
     del opt
+    if counted is not None:
+        counted["bytes_per_step"] = (COUNTER.bytes - sent) / args.steps
     return times
 
 
-def timed_config(comm, hook_args: dict | None, args, hook_seconds: list) -> list[float]:
-    """One config's step times on a fresh model (the same initial weights every time)."""
-    model = DDP(make_model(args.width), gradient_as_bucket_view=args.bucket_view)
+def timed_config(comm, hook_args: dict | None, args, hook_seconds: list,
+                 counted: dict) -> list[float]:
+    """One config's step times on a fresh model (the same initial weights every time);
+    `counted` gets the bytes zipcoll sent a step and PowerSGD's compression."""
+    state, hook, ddp_args = make_hook(hook_args) if hook_args is not None else (None, None, {})
+    model = DDP(make_model(args.width), gradient_as_bucket_view=args.bucket_view, **ddp_args)
     if hook_args is not None:
-        state, hook = ztorch.ddp_comm_hook(**hook_args)
         model.register_comm_hook(state, timing_hook(hook, hook_seconds))
-    step = timed_steps(comm, model, args, hook_seconds)
+    step = timed_steps(comm, model, args, hook_seconds, counted)
     if hook_args is not None:
-        state.reset()
+        counted["compression"] = compression(state)
+        reset(state)
     return step
+
+
+COUNTER = ByteCounter()  # zipcoll's bytes; gloo's are not counted
 
 
 def timing_hook(hook, seconds: list):
@@ -153,10 +177,16 @@ def main() -> None:
     names = args.configs.split(",")
     steps = {name: [] for name in names}
     hook_seconds = {name: [] for name in names}
+    counted = {name: {} for name in names}
     for _ in range(args.rounds):
         for name in names:
-            steps[name] += timed_config(comm, CONFIGS[name], args, hook_seconds[name])
+            steps[name] += timed_config(comm, CONFIGS[name], args, hook_seconds[name],
+                                        counted[name])
     rows = [{"config": name, "hook": CONFIGS[name], "step": steps[name],
+             "bytes_per_step": (counted[name]["bytes_per_step"]
+                                if CONFIGS[name] and "pytorch" not in CONFIGS[name].get("hook", "")
+                                else None),
+             "compression": counted[name].get("compression"),
              "in_hook_per_step": (comm.allreduce(sum(hook_seconds[name]) / len(steps[name]),
                                                  op=MPI.MAX)
                                   if CONFIGS[name] is not None else None)}

@@ -33,7 +33,7 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import zipcoll.torch as ztorch  # noqa: E402
+from hooks import make_hook, reset  # noqa: E402
 from step_time import CONFIGS, make_model, model_arguments, start_job  # noqa: E402
 
 DEFAULT_CONFIGS = ["DDP (gloo allreduce)", "zipcoll lossless (hierarchical)",
@@ -65,10 +65,9 @@ def accuracy(comm, net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> fl
 
 def model_for(name: str, width: int, seed: int):
     """(DDP model, hook state or None) for a config, from the seed's initial weights."""
-    model = DDP(make_model(width, seed), gradient_as_bucket_view=True)
-    state = None
-    if CONFIGS[name] is not None:
-        state, hook = ztorch.ddp_comm_hook(**CONFIGS[name])
+    state, hook, ddp_args = make_hook(CONFIGS[name]) if CONFIGS[name] else (None, None, {})
+    model = DDP(make_model(width, seed), gradient_as_bucket_view=True, **ddp_args)
+    if state is not None:
         model.register_comm_hook(state, hook)
     return model, state
 
@@ -93,7 +92,7 @@ def train(comm, name: str, data: tuple, args) -> list[tuple[int, float, float]]:
             if curve[-1][2] >= args.target:
                 break
     if state is not None:
-        state.reset()
+        reset(state)
     return curve
 
 

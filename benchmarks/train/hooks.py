@@ -1,0 +1,70 @@
+"""The DDP communication hook a benchmark config names, for convergence.py and step_time.py.
+
+A config is a dict of hook arguments; its "hook" entry says which hook takes them:
+"zipcoll" (default: zipcoll.torch.ddp_comm_hook), "powersgd" (zipcoll.torch.powersgd_hook)
+or "pytorch-powersgd" (PyTorch's own powerSGD_hook on the gloo process group).
+
+PyTorch's hook runs with one bucket: it posts each bucket's next gloo all-reduce from a
+future's callback, on whichever thread completed the last one, so with several buckets
+the ranks can post them in different orders and gloo aborts ("Received data size doesn't
+match expected size"; seen with the tests' models).
+"""
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as pytorch_powersgd
+
+import zipcoll.torch as ztorch
+from zipcoll.transport import Transport
+
+ONE_BUCKET_MB = 1024
+
+
+class ByteCounter:
+    """Counts the bytes zipcoll's transport hands MPI to send (wraps Transport.isend)."""
+
+    def __init__(self):
+        self.bytes = 0
+        original = Transport.isend
+
+        def counting(transport, arr, dest, tag):
+            self.bytes += arr.nbytes
+            return original(transport, arr, dest, tag)
+
+        Transport.isend = counting
+
+
+def make_hook(config: dict) -> tuple:
+    """(state, hook, DDP keyword arguments) of a config."""
+    spec = dict(config)
+    kind = spec.pop("hook", "zipcoll")
+    if kind == "zipcoll":
+        return (*ztorch.ddp_comm_hook(**spec), {})
+    if kind == "powersgd":
+        return (*ztorch.powersgd_hook(**spec), {})
+    if kind == "pytorch-powersgd":
+        return (pytorch_powersgd.PowerSGDState(process_group=None, **spec),
+                pytorch_powersgd.powerSGD_hook, {"bucket_cap_mb": ONE_BUCKET_MB})
+    raise ValueError(f"unknown hook {kind!r}")
+
+
+def compression(state) -> float | None:
+    """Elements given over elements sent, for the PowerSGD hooks (else None)."""
+    if isinstance(state, ztorch.PowerSGDHookState):
+        return state.powersgd.compression_stats()[0]
+    if isinstance(state, pytorch_powersgd.PowerSGDState):
+        return state.compression_stats()[0]
+    return None
+
+
+def reset(state) -> None:
+    """Free a zipcoll hook's residuals (PyTorch's state is dropped with the model)."""
+    if hasattr(state, "reset"):
+        state.reset()
+
+
+def schedule(config: dict | None) -> str:
+    """The all-reduce a config runs: zipcoll's algorithm, or gloo."""
+    if config is None or config.get("hook") == "pytorch-powersgd":
+        return "gloo"
+    return config.get("algorithm", "auto")
+
+
+__all__ = ["ByteCounter", "compression", "make_hook", "reset", "schedule"]
