@@ -1,4 +1,5 @@
-"""The DDP communication hook a benchmark config names, for convergence.py and step_time.py.
+"""The DDP communication hook a benchmark config names, for convergence.py and step_time.py,
+and the timed training steps step_time.py and small_step.py share (`timed_training`).
 
 A config is a dict of hook arguments; its "hook" entry says which hook takes them:
 "zipcoll" (default: zipcoll.torch.ddp_comm_hook), "powersgd" (zipcoll.torch.powersgd_hook)
@@ -9,6 +10,10 @@ future's callback, on whichever thread completed the last one, so with several b
 the ranks can post them in different orders and gloo aborts ("Received data size doesn't
 match expected size"; seen with the tests' models).
 """
+import time
+
+import torch
+from mpi4py import MPI
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as pytorch_powersgd
 
 import zipcoll.torch as ztorch
@@ -68,3 +73,21 @@ def schedule(config: dict | None) -> str:
 
 
 __all__ = ["ByteCounter", "compression", "make_hook", "reset", "schedule"]
+
+
+def timed_training(comm, model, opt, x, y, warmup: int, steps: int, at_warmup_end=None) -> list[float]:
+    """Seconds of each of `steps` training steps after `warmup` untimed ones, the slowest
+    rank's (a barrier before each step); `at_warmup_end()` runs before the first timed one."""
+    times = []
+    for step in range(warmup + steps):
+        comm.Barrier()
+        if step == warmup and at_warmup_end is not None:
+            at_warmup_end()
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=False)  # no fresh gradient memory each step
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        elapsed = time.perf_counter() - start
+        if step >= warmup:
+            times.append(comm.allreduce(elapsed, op=MPI.MAX))
+    return times

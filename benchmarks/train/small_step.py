@@ -17,7 +17,6 @@ import json
 import os
 import shlex
 import statistics
-import time
 
 # No OMP_WAIT_POLICY or thread settings of its own: the step a user's script gets.
 import numpy as np
@@ -26,6 +25,7 @@ from mpi4py import MPI
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import zipcoll.torch as ztorch
+from hooks import timed_training
 
 # name -> hook arguments; None: DDP's own all-reduce through the gloo process group.
 # One node: algorithm="auto" sends lossless, so the compressed configs name a schedule.
@@ -57,17 +57,7 @@ def digits_batch(rank: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 def timed_steps(comm, model, x, y, args) -> list[float]:
     """The slowest rank's seconds for each of --steps steps after --warmup."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    times = []
-    for step in range(args.warmup + args.steps):
-        comm.Barrier()
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        elapsed = time.perf_counter() - start
-        if step >= args.warmup:
-            times.append(comm.allreduce(elapsed, op=MPI.MAX))
-    return times
+    return timed_training(comm, model, opt, x, y, args.warmup, args.steps)
 
 
 def make_mlp(seed: int = 0, width: int = 4096) -> torch.nn.Module:

@@ -34,7 +34,7 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll.torch as ztorch  # noqa: E402
-from hooks import ByteCounter, compression, make_hook, reset  # noqa: E402
+from hooks import ByteCounter, compression, make_hook, reset, timed_training  # noqa: E402
 
 # name -> hook arguments; None: DDP's own all-reduce through the gloo process group.
 CONFIGS = {
@@ -92,22 +92,16 @@ def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list,
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(comm.rank)
     x, y = torch.randn(args.batch, 1024, generator=g), torch.randint(0, 10, (args.batch,))
-    times, start_of_round = [], len(hook_seconds)
-    for step in range(args.warmup + args.steps):
-        comm.Barrier()
-        if step == args.warmup:
-            del hook_seconds[start_of_round:]
-            sent = COUNTER.bytes
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=False)  # no fresh gradient memory each step
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        elapsed = time.perf_counter() - start
-        if step >= args.warmup:
-            times.append(comm.allreduce(elapsed, op=MPI.MAX))
+    start_of_round, sent = len(hook_seconds), []
+
+    def warmed_up() -> None:
+        del hook_seconds[start_of_round:]
+        sent.append(COUNTER.bytes)
+
+    times = timed_training(comm, model, opt, x, y, args.warmup, args.steps, warmed_up)
     del opt
     if counted is not None:
-        counted["bytes_per_step"] = (COUNTER.bytes - sent) / args.steps
+        counted["bytes_per_step"] = (COUNTER.bytes - sent[0]) / args.steps
     return times
 
 

@@ -83,7 +83,7 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
 
     def prepare() -> Plan:
         plan = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
-                         _topology(ctx, topology), ctx.selector)
+                         ctx.layout(topology), ctx.selector)
         if plan.dropped is not None and not ctx.warned_codec_dropped:
             ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
             text = codec_not_applied(plan, ctx.selector.profile)
@@ -124,15 +124,6 @@ def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:
                                                      plan.work_dtype, op, native):
         return plan
     return with_shape(plan, shape)
-
-
-def _topology(ctx: Context, topology: Topology | None) -> Topology:
-    found = ctx.topology  # on every call: its first use is collective on every rank
-    if topology is None:
-        return found
-    if not isinstance(topology, Topology) or topology.size != ctx.transport.size:
-        raise ValueError(f"topology must be a zipcoll.Topology of {ctx.transport.size} ranks")
-    return topology
 
 
 def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,

@@ -102,6 +102,17 @@ class Context:
         self._ensure()
         return self._topology
 
+    def layout(self, topology: Topology | None) -> Topology:
+        """A call's topology: `topology` if given (a Topology of this communicator's size:
+        ValueError otherwise), else the communicator's own. Asks for the own one either
+        way: a call may be the communicator's first use, which is collective."""
+        found = self.topology
+        if topology is None:
+            return found
+        if not isinstance(topology, Topology) or topology.size != self.transport.size:
+            raise ValueError(f"topology must be a zipcoll.Topology of {self.transport.size} ranks")
+        return topology
+
     def claim(self, engine: Engine) -> None:
         """A call starts on `engine`'s thread: RuntimeError if another thread's calls are in
         flight here (MPI matches a communicator's calls in start order, which two threads

@@ -541,7 +541,7 @@ def _start(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, comm: MP
 
     def prepare() -> ShardPlan:
         return make_shard_plan(kind, sendbuf, recvbuf, counts, op, algorithm, codec, key,
-                               _topology(ctx, topology), ctx)
+                               ctx.layout(topology), ctx)
 
     return start(Call(ctx, kind, _FIELDS, prepare,
                       lambda plan: _signature(plan, algorithm),
@@ -550,15 +550,6 @@ def _start(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, comm: MP
                       lambda plan: plan.schedule.two_level and ctx.first_use([_layout(plan)]),
                       lambda plan, tag, _: _steps(ctx.transport, plan, tag),
                       lambda plan: plan.outcome(), settings.get().check), blocking)
-
-
-def _topology(ctx: Context, topology: Topology | None) -> Topology:
-    found = ctx.topology  # on every call: its first use is collective on every rank
-    if topology is None:
-        return found
-    if not isinstance(topology, Topology) or topology.size != ctx.transport.size:
-        raise ValueError(f"topology must be a zipcoll.Topology of {ctx.transport.size} ranks")
-    return topology
 
 
 # -- mpi4py's argument forms: the drop-ins of zipcoll.Intracomm ----------------------------
