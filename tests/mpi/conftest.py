@@ -87,6 +87,20 @@ def small_slices() -> int:
     return 4096
 
 
+@pytest.fixture(scope="module")
+def torch_process_group():
+    """gloo over MPI's ranks (zipcoll.torch.init_process_group), once per test module that
+    asks for it (`pytest.mark.usefixtures("torch_process_group")`): DDP and FSDP need one to
+    set up. Destroyed after the module's last test, so the next module starts its own."""
+    import torch.distributed as dist
+
+    import zipcoll.torch as ztorch
+
+    ztorch.init_process_group()
+    yield
+    dist.destroy_process_group()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """pytest-mpi's "MPI Information" prints MPI.Get_library_version(), which Open MPI ends

@@ -17,14 +17,13 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in test_ddp_hook.py
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll  # noqa: E402
 import zipcoll.torch as ztorch  # noqa: E402
 from arrays import differing_across_ranks, rank_data  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("torch_process_group")]
 
 STEPS, STOP = 7, 3
 HOOKS = {
@@ -32,13 +31,6 @@ HOOKS = {
     "int8-ef-twophase": {"codec": "int8", "algorithm": "twophase"},
     "int8-ef-tree-overlap": {"codec": "int8", "algorithm": "tree", "overlap": True},
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    ztorch.init_process_group()
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.fixture(autouse=True)

@@ -11,22 +11,14 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as in test_ddp_hook.py
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll.torch as ztorch  # noqa: E402
 from arrays import differing_across_ranks  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("torch_process_group")]
 
 STEPS = 8
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    ztorch.init_process_group()
-    yield
-    dist.destroy_process_group()
 
 
 def make_model(hook_args: dict) -> DDP:

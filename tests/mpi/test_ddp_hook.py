@@ -23,18 +23,10 @@ import zipcoll  # noqa: E402
 import zipcoll.torch as ztorch  # noqa: E402
 from arrays import differing_across_ranks  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("torch_process_group")]
 
 STEPS = 6
 BUCKET_MB = 0.001  # several buckets for this small model, once DDP has rebuilt them
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    """gloo over MPI's ranks, once for this module (DDP needs it to set up)."""
-    ztorch.init_process_group()
-    yield
-    dist.destroy_process_group()
 
 
 class Net(torch.nn.Module):

@@ -16,22 +16,14 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 
 import zipcoll  # noqa: E402
 import zipcoll.torch as ztorch  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("torch_process_group")]
 
 STEPS = 5
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    ztorch.init_process_group()
-    yield
-    dist.destroy_process_group()
 
 
 def make_model(**shard_args) -> torch.nn.Module:

@@ -16,7 +16,6 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see test_ddp_hook.py
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as theirs  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
@@ -24,20 +23,13 @@ import zipcoll  # noqa: E402
 import zipcoll.torch as ztorch  # noqa: E402
 from arrays import differing_across_ranks  # noqa: E402
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("torch_process_group")]
 
 BUCKET_MB = 0.01  # several buckets, rebuilt after the first iteration
 # PyTorch's hook on gloo starts each bucket's next all-reduce from a future's callback, on
 # whichever thread completes it: with two buckets the ranks can post them in different
 # orders (gloo then aborts, "Received data size doesn't match"). One bucket each, to compare.
 ONE_BUCKET_MB = 25
-
-
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    ztorch.init_process_group()
-    yield
-    dist.destroy_process_group()
 
 
 class MLP(torch.nn.Module):

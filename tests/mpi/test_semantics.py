@@ -15,6 +15,7 @@ import pytest
 from mpi4py import MPI
 
 import zipcoll
+from threads import on_two_communicators
 from zipcoll.errors import MismatchError
 
 N = 1 << 16  # several ring steps, and more than one slice where slices apply
@@ -151,31 +152,16 @@ def _thread_multiple() -> bool:
 @pytest.mark.skipif(not _thread_multiple(), reason="MPI did not grant MPI_THREAD_MULTIPLE")
 @pytest.mark.parametrize("codec", [None, "int8"])
 def test_two_threads_on_two_communicators(comms, codec):
-    wrong, errors = [], []
+    def call(c, value, i):
+        x = ones(value + i % 3, 4096)
+        algorithm = ("ring", "auto", "tree", "native")[i % 4] if codec is None else "ring"
+        if i % 2:
+            got = zipcoll.iallreduce(x, comm=c, algorithm=algorithm, codec=codec).wait()
+        else:
+            got = zipcoll.allreduce(x, comm=c, algorithm=algorithm, codec=codec)
+        return np.allclose(got, (value + i % 3) * c.size, rtol=0.02 if codec else 0)
 
-    def work(c, value):
-        try:
-            for i in range(200):
-                x = ones(value + i % 3, 4096)
-                algorithm = ("ring", "auto", "tree", "native")[i % 4] if codec is None else "ring"
-                if i % 2:
-                    got = zipcoll.iallreduce(x, comm=c, algorithm=algorithm, codec=codec).wait()
-                else:
-                    got = zipcoll.allreduce(x, comm=c, algorithm=algorithm, codec=codec)
-                want = (value + i % 3) * c.size
-                if not np.allclose(got, want, rtol=0.02 if codec else 0):
-                    wrong.append((value, i))
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(repr(exc))
-
-    threads = [threading.Thread(target=work, args=(c, v)) for c, v in zip(comms, (1.0, 5.0))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=100)
-    assert not any(thread.is_alive() for thread in threads), "a thread hung"
-    assert not errors, errors
-    assert not wrong, wrong[:5]
+    on_two_communicators(comms, 200, call)
 
 
 def refusals_in_a_thread(call) -> list[str]:

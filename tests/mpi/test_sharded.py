@@ -11,7 +11,6 @@ buffers.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -21,6 +20,7 @@ from mpi4py import MPI
 import zipcoll
 from arrays import (DTYPES, OP_DTYPE_CASES, differing_across_ranks, mismatch, rank_data)
 from test_compressed import codec_bound, one_encode
+from threads import on_two_communicators
 from zipcoll.collectives import SHARDED
 from zipcoll.collectives.ops import BFLOAT16, BY_NAME
 from zipcoll.errors import MismatchError
@@ -448,35 +448,22 @@ def test_many_calls_on_one_communicator_match_in_start_order(comm, check):
                     reason="MPI did not grant MPI_THREAD_MULTIPLE")
 @pytest.mark.parametrize("codec", [None, "int8"])
 def test_two_threads_on_two_communicators(comms, codec):
-    wrong, errors = [], []
     p = comms[0].size
 
-    def work(c, value):
-        try:
-            for i in range(60):
-                algorithm = ALGORITHMS[i % len(ALGORITHMS)] if codec is None else "ring"
-                v = value + i % 3
-                if i % 2:
-                    got = zipcoll.iallgather(np.full(300, v, np.float32), comm=c,
-                                             algorithm=algorithm, codec=codec).wait()
-                    want = v
-                else:
-                    got = zipcoll.reduce_scatter(np.full(300 * p, v, np.float32), comm=c,
-                                                 algorithm=algorithm, codec=codec)
-                    want = v * p
-                if not np.allclose(got, want, rtol=0.02 if codec else 0):
-                    wrong.append((value, i))
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(repr(exc))
+    def call(c, value, i):
+        algorithm = ALGORITHMS[i % len(ALGORITHMS)] if codec is None else "ring"
+        v = value + i % 3
+        if i % 2:
+            got = zipcoll.iallgather(np.full(300, v, np.float32), comm=c,
+                                     algorithm=algorithm, codec=codec).wait()
+            want = v
+        else:
+            got = zipcoll.reduce_scatter(np.full(300 * p, v, np.float32), comm=c,
+                                         algorithm=algorithm, codec=codec)
+            want = v * p
+        return np.allclose(got, want, rtol=0.02 if codec else 0)
 
-    threads = [threading.Thread(target=work, args=(c, v)) for c, v in zip(comms, (1.0, 5.0))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=100)
-    assert not any(thread.is_alive() for thread in threads), "a thread hung"
-    assert not errors, errors
-    assert not wrong, wrong[:5]
+    on_two_communicators(comms, 60, call)
 
 
 def test_results_alike_on_every_rank(comm):
