@@ -18,7 +18,6 @@ torch = pytest.importorskip("torch")
 
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 
-import zipcoll  # noqa: E402
 import zipcoll.torch as ztorch  # noqa: E402
 
 pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("torch_process_group")]
