@@ -121,9 +121,18 @@ class Check:
     bound: float | None = None
 
 
-class Speedup:
-    """speedup and compression ratio of a row with zipcoll, native (Spreads), size and
-    wire_bytes (shared by every zipcoll-bench table's Row)."""
+@dataclass
+class Measured:
+    """What every zipcoll-bench table's Row holds first, and the speedup and compression
+    ratio it gives (each Row adds wire_bytes and its own fields)."""
+
+    size: int
+    count: int
+    iterations: int
+    warmup: int
+    zipcoll: Spread
+    native: Spread
+    ranks: int
 
     @property
     def speedup(self) -> float:
@@ -135,16 +144,9 @@ class Speedup:
 
 
 @dataclass
-class Row(Speedup):
+class Row(Measured):
     """Everything measured at one message size."""
 
-    size: int
-    count: int
-    iterations: int
-    warmup: int
-    zipcoll: Spread
-    native: Spread
-    ranks: int
     wire_bytes: int | None = None
     check: Check | None = None
     plans: dict | None = None  # what the timed calls ran (str(PlanShape) -> calls)

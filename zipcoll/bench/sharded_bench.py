@@ -27,11 +27,10 @@ from mpi4py import MPI
 
 import zipcoll
 from zipcoll.bench import timing
-from zipcoll.bench.allreduce_bench import (OPS, Check, Speedup, _check_text, add_data_options,
+from zipcoll.bench.allreduce_bench import (OPS, Check, Measured, _check_text, add_data_options,
                                            add_osu_options, input_data, load_codec, mpi_library,
                                            print_table, relative_l2, table_columns,
                                            validation_status)
-from zipcoll.bench.timing import Spread
 
 KINDS = {"reduce-scatter": "Reduce_scatter_block", "allgather": "Allgather"}
 
@@ -60,16 +59,9 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
 
 
 @dataclass
-class Row(Speedup):
+class Row(Measured):
     """Everything measured at one size."""
 
-    size: int
-    count: int
-    iterations: int
-    warmup: int
-    zipcoll: Spread
-    native: Spread
-    ranks: int
     whole: int  # S of busbw: bytes of the whole vector
     wire_bytes: int | None = None
     check: Check | None = None
