@@ -45,8 +45,21 @@ def _algorithm(name: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The command line: OSU's options (-m -i -x -f -c) plus zipcoll's."""
     p = argparse.ArgumentParser(prog="zipcoll-bench allreduce", description=__doc__.split("\n")[0])
-    p.add_argument("-m", "--message-size", default=None, metavar="[MIN:]MAX",
-                   help="sizes in bytes per rank, powers of two from MIN to MAX (e.g. 4:64M)")
+    add_osu_options(p, "sizes in bytes per rank, powers of two from MIN to MAX (e.g. 4:64M)")
+    p.add_argument("-a", "--algorithm", default="ring", type=_algorithm,
+                   help=f"one of {', '.join(zipcoll.ALGORITHMS)}; two-level ones may name their "
+                        "inter-node schedule, e.g. hierarchical:allgather")
+    p.add_argument("--codec", default=None, help="codec spec, e.g. int8 or topk:ratio=0.01")
+    add_data_options(p, op=True)
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="cap the iterations of a size so it takes about this long")
+    p.add_argument("--json", default=None, metavar="PATH", help="write all rows as JSON")
+    return p
+
+
+def add_osu_options(p: argparse.ArgumentParser, size_help: str) -> None:
+    """OSU's -m -i -x -f -c (every zipcoll-bench table takes them)."""
+    p.add_argument("-m", "--message-size", default=None, metavar="[MIN:]MAX", help=size_help)
     p.add_argument("-i", "--iterations", type=int, default=None,
                    help="timed iterations per size (default: OSU's 1000 up to 8K, 100 above)")
     p.add_argument("-x", "--warmup", type=int, default=None,
@@ -54,17 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--full", action="store_true", help="also Min, Max latency and iterations")
     p.add_argument("-c", "--validate", action="store_true",
                    help="check zipcoll's result against the MPI library's, per size")
-    p.add_argument("-a", "--algorithm", default="ring", type=_algorithm,
-                   help=f"one of {', '.join(zipcoll.ALGORITHMS)}; two-level ones may name their "
-                        "inter-node schedule, e.g. hierarchical:allgather")
-    p.add_argument("--codec", default=None, help="codec spec, e.g. int8 or topk:ratio=0.01")
+
+
+def add_data_options(p: argparse.ArgumentParser, op: bool) -> None:
+    """-d, --op (where the collective reduces) and --seed: what the input data is."""
     p.add_argument("-d", "--dtype", default="float32", help="NumPy dtype name (default float32)")
-    p.add_argument("--op", default="sum", choices=tuple(OPS))
+    if op:
+        p.add_argument("--op", default="sum", choices=tuple(OPS))
     p.add_argument("--seed", type=int, default=0, help="input data seed (mixed with the rank)")
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                   help="cap the iterations of a size so it takes about this long")
-    p.add_argument("--json", default=None, metavar="PATH", help="write all rows as JSON")
-    return p
 
 
 # -- buffers -----------------------------------------------------------------------
@@ -112,8 +122,9 @@ class Check:
 
 
 @dataclass
-class Row:
-    """Everything measured at one message size."""
+class Measured:
+    """What every zipcoll-bench table's Row holds first, and the speedup and compression
+    ratio it gives (each Row adds wire_bytes and its own fields)."""
 
     size: int
     count: int
@@ -122,6 +133,20 @@ class Row:
     zipcoll: Spread
     native: Spread
     ranks: int
+
+    @property
+    def speedup(self) -> float:
+        return self.native.avg / self.zipcoll.avg if self.zipcoll.avg else 0.0
+
+    @property
+    def ratio(self) -> float | None:
+        return self.size / self.wire_bytes if self.wire_bytes else None
+
+
+@dataclass
+class Row(Measured):
+    """Everything measured at one message size."""
+
     wire_bytes: int | None = None
     check: Check | None = None
     plans: dict | None = None  # what the timed calls ran (str(PlanShape) -> calls)
@@ -133,14 +158,6 @@ class Row:
     @property
     def busbw(self) -> float:
         return self.algbw * 2 * (self.ranks - 1) / self.ranks
-
-    @property
-    def speedup(self) -> float:
-        return self.native.avg / self.zipcoll.avg if self.zipcoll.avg else 0.0
-
-    @property
-    def ratio(self) -> float | None:
-        return self.size / self.wire_bytes if self.wire_bytes else None
 
 
 class Bench:
@@ -308,8 +325,9 @@ def _optional(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def table_columns(full: bool, codec: bool, validate: bool) -> list[Column]:
-    """OSU's columns (Avg; with -f Min, Max, Iterations), then zipcoll's."""
+def table_columns(full: bool, codec: bool, validate: bool, bound: bool = False) -> list[Column]:
+    """OSU's columns (Avg; with -f Min, Max, Iterations), then zipcoll's (`bound`: the
+    codec's error bound after Rel Error)."""
     cols = [Column("Avg Latency(us)", 18, lambda r: _us(r.zipcoll.avg))]
     if full:
         cols += [Column("Min Latency(us)", 18, lambda r: _us(r.zipcoll.min)),
@@ -323,6 +341,8 @@ def table_columns(full: bool, codec: bool, validate: bool) -> list[Column]:
         cols += [Column("Wire(B)", 13, lambda r: str(r.wire_bytes)),
                  Column("Ratio", 8, lambda r: _optional(r.ratio, ".2f")),
                  Column("Rel Error", 11, lambda r: _optional(r.check and r.check.rel_error, ".2e"))]
+        if bound:
+            cols += [Column("Bound", 11, lambda r: _optional(r.check and r.check.bound, ".2e"))]
     if validate:
         cols += [Column("Validation", 12, _check_text)]
     return cols
@@ -435,17 +455,28 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args, comm)
     root = comm.Get_rank() == 0
     cols = table_columns(args.full, args.codec is not None, args.validate)
+    rows = print_table(bench, header_lines(bench), cols, root)
+    hosts = comm.gather(MPI.Get_processor_name())
+    if root and args.json:
+        write_json(args.json, bench, argv, rows, hosts)
+    return validation_status(args.validate, rows, root)
+
+
+def print_table(bench: Any, header: list[str], cols: list[Column], root: bool) -> list:
+    """Measure every size of `bench` (all ranks); rank 0 prints the table as it goes."""
     if root:
-        print("\n".join(header_lines(bench) + [format_header(cols)]), flush=True)
+        print("\n".join(header + [format_header(cols)]), flush=True)
     rows = []
     for size in bench.sizes():
         rows.append(bench.measure(size))
         if root:
             print(format_row(rows[-1], cols), flush=True)
-    hosts = comm.gather(MPI.Get_processor_name())
-    if root and args.json:
-        write_json(args.json, bench, argv, rows, hosts)
-    failed = args.validate and any(r.check is not None and r.check.ok is False for r in rows)
-    if root and args.validate:
+    return rows
+
+
+def validation_status(validate: bool, rows: list, root: bool) -> int:
+    """With -c: rank 0 prints PASS or FAIL; the exit status is 1 if any size failed."""
+    failed = validate and any(r.check is not None and r.check.ok is False for r in rows)
+    if root and validate:
         print(f"# Validation: {'FAIL' if failed else 'PASS'}", flush=True)
     return 1 if failed else 0

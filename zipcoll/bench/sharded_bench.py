@@ -27,10 +27,10 @@ from mpi4py import MPI
 
 import zipcoll
 from zipcoll.bench import timing
-from zipcoll.bench.allreduce_bench import (OPS, Check, Column, _check_text, _optional, _us,
-                                           format_header, format_row, input_data, load_codec,
-                                           mpi_library, relative_l2)
-from zipcoll.bench.timing import Spread
+from zipcoll.bench.allreduce_bench import (OPS, Check, Measured, _check_text, add_data_options,
+                                           add_osu_options, input_data, load_codec, mpi_library,
+                                           print_table, relative_l2, table_columns,
+                                           validation_status)
 
 KINDS = {"reduce-scatter": "Reduce_scatter_block", "allgather": "Allgather"}
 
@@ -48,38 +48,20 @@ def _algorithm(name: str) -> str:
 def build_parser(kind: str) -> argparse.ArgumentParser:
     """OSU's options (-m -i -x -f -c) plus zipcoll's."""
     p = argparse.ArgumentParser(prog=f"zipcoll-bench {kind}", description=__doc__.split("\n")[0])
-    p.add_argument("-m", "--message-size", default=None, metavar="[MIN:]MAX",
-                   help="sizes in bytes (see Size above), powers of two from MIN to MAX")
-    p.add_argument("-i", "--iterations", type=int, default=None,
-                   help="timed iterations per size (default: OSU's 1000 up to 8K, 100 above)")
-    p.add_argument("-x", "--warmup", type=int, default=None,
-                   help="warm-up iterations per size (default: OSU's 100 up to 8K, 10 above)")
-    p.add_argument("-f", "--full", action="store_true", help="also Min, Max latency and iterations")
-    p.add_argument("-c", "--validate", action="store_true",
-                   help="check zipcoll's result against the MPI library's, per size")
+    add_osu_options(p, "sizes in bytes (see Size above), powers of two from MIN to MAX")
     p.add_argument("-a", "--algorithm", default="ring", type=_algorithm,
                    help=f"one of {', '.join(zipcoll.SHARDED_ALGORITHMS)} "
                         "(hierarchical:halving too)")
     p.add_argument("--codec", default=None, help="codec spec, e.g. int8 or fp16")
-    p.add_argument("-d", "--dtype", default="float32", help="NumPy dtype name (default float32)")
-    if kind == "reduce-scatter":
-        p.add_argument("--op", default="sum", choices=tuple(OPS))
-    p.add_argument("--seed", type=int, default=0, help="input data seed (mixed with the rank)")
+    add_data_options(p, op=kind == "reduce-scatter")
     p.add_argument("--json", default=None, metavar="PATH", help="write all rows as JSON")
     return p
 
 
 @dataclass
-class Row:
+class Row(Measured):
     """Everything measured at one size."""
 
-    size: int
-    count: int
-    iterations: int
-    warmup: int
-    zipcoll: Spread
-    native: Spread
-    ranks: int
     whole: int  # S of busbw: bytes of the whole vector
     wire_bytes: int | None = None
     check: Check | None = None
@@ -91,14 +73,6 @@ class Row:
     @property
     def busbw(self) -> float:
         return self.algbw * (self.ranks - 1) / self.ranks
-
-    @property
-    def speedup(self) -> float:
-        return self.native.avg / self.zipcoll.avg if self.zipcoll.avg else 0.0
-
-    @property
-    def ratio(self) -> float | None:
-        return self.size / self.wire_bytes if self.wire_bytes else None
 
 
 class Bench:
@@ -202,26 +176,6 @@ class Bench:
         return Check(bool(np.all(error <= bound * 1.01 + 1e-30)), rel, relative_l2(bound, exact))
 
 
-def table_columns(full: bool, codec: bool, validate: bool) -> list[Column]:
-    cols = [Column("Avg Latency(us)", 18, lambda r: _us(r.zipcoll.avg))]
-    if full:
-        cols += [Column("Min Latency(us)", 18, lambda r: _us(r.zipcoll.min)),
-                 Column("Max Latency(us)", 18, lambda r: _us(r.zipcoll.max)),
-                 Column("Iterations", 12, lambda r: str(r.iterations))]
-    cols += [Column("algbw(GB/s)", 13, lambda r: f"{r.algbw:.3f}"),
-             Column("busbw(GB/s)", 13, lambda r: f"{r.busbw:.3f}"),
-             Column("Native Avg(us)", 18, lambda r: _us(r.native.avg)),
-             Column("Speedup", 9, lambda r: f"{r.speedup:.3f}")]
-    if codec:
-        cols += [Column("Wire(B)", 13, lambda r: str(r.wire_bytes)),
-                 Column("Ratio", 8, lambda r: _optional(r.ratio, ".2f")),
-                 Column("Rel Error", 11, lambda r: _optional(r.check and r.check.rel_error, ".2e")),
-                 Column("Bound", 11, lambda r: _optional(r.check and r.check.bound, ".2e"))]
-    if validate:
-        cols += [Column("Validation", 12, _check_text)]
-    return cols
-
-
 def header_lines(bench: Bench) -> list[str]:
     a, p = bench.args, bench.p
     title = "Reduce_scatter" if bench.kind == "reduce-scatter" else "Allgather"
@@ -247,20 +201,11 @@ def main_for(kind: str, argv: list[str] | None = None) -> int:
     comm = MPI.COMM_WORLD
     bench = Bench(kind, args, comm)
     root = comm.Get_rank() == 0
-    cols = table_columns(args.full, args.codec is not None, args.validate)
-    if root:
-        print("\n".join(header_lines(bench) + [format_header(cols)]), flush=True)
-    rows = []
-    for size in bench.sizes():
-        rows.append(bench.measure(size))
-        if root:
-            print(format_row(rows[-1], cols), flush=True)
+    cols = table_columns(args.full, args.codec is not None, args.validate, bound=True)
+    rows = print_table(bench, header_lines(bench), cols, root)
     if root and args.json:
         _write_json(args.json, kind, bench, argv, rows)
-    failed = args.validate and any(r.check is not None and r.check.ok is False for r in rows)
-    if root and args.validate:
-        print(f"# Validation: {'FAIL' if failed else 'PASS'}", flush=True)
-    return 1 if failed else 0
+    return validation_status(args.validate, rows, root)
 
 
 def _write_json(path: str, kind: str, bench: Bench, argv: list[str], rows: list[Row]) -> None:

@@ -244,10 +244,13 @@ def _check_schedule(schedule: Schedule, codec: Codec) -> None:
                          f"torus:X for those X)")
 
 
-def _check_compressible(op: ReduceOp | MPI.Op, dtype: np.dtype, codec: Codec) -> None:
-    if op != BY_NAME["sum"]:
+def _check_compressible(op: ReduceOp | MPI.Op | None, dtype: np.dtype, codec: Codec,
+                        collective: str = "all-reduce") -> None:
+    """A codec compresses floats reduced by SUM (or mean); `op` None: `collective` reduces
+    nothing (an all-gather), only the dtype counts."""
+    if op is not None and op != BY_NAME["sum"]:
         name = op.name if isinstance(op, ReduceOp) else "a user-defined op"
-        raise ValueError(f"compressed all-reduce supports op SUM and 'mean', not {name}; "
+        raise ValueError(f"compressed {collective} supports op SUM and 'mean', not {name}; "
                          "use codec=None for other ops")
     if dtype not in FLOATS:
         raise TypeError(f"codec {codec.codec_id!r} compresses float16/32/64 and bfloat16, "

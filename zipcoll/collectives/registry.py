@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterator, Mapping
 ScheduleFunction = Callable[..., Any]
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """One all-reduce schedule and what it can carry.
+@dataclass(frozen=True, kw_only=True)
+class _Carries:
+    """What a schedule can carry: the properties an all-reduce schedule and a
+    reduce-scatter / all-gather one share (keyword-only, after each one's own fields).
 
     `codecs`: whether a codec may compress what it sends (every schedule is lossless
     without one, for every predefined op on every dtype MPI defines it for).
@@ -46,6 +47,30 @@ class Schedule:
     `two_level`: reduce-scatter in a level of fast links, an inner flat schedule across
     the slow level (`split` gives the levels), allgather in the fast level again.
     `native`: the MPI library's own collective (the only one that takes user-defined ops).
+    """
+
+    codecs: bool = True
+    per_hop: bool = False
+    fixed_size_payloads: bool = True
+    two_level: bool = False
+    native: bool = False
+    split: Callable[..., Any] | None = None  # two-level: (topology) -> level layout
+
+    def _carries(self, codec: Any, reencodes: bool) -> bool:
+        """Whether `codec` may compress this schedule's messages; `reencodes`: partial sums
+        are re-encoded at every hop in the direction asked about."""
+        if not self.codecs:
+            return False
+        if self.fixed_size_payloads and not codec.fixed_size:
+            return False
+        rescaling = codec.sparse and codec.unbiased
+        return not (reencodes and rescaling)
+
+
+@dataclass(frozen=True)
+class Schedule(_Carries):
+    """One all-reduce schedule and what it can carry (the fields of `_Carries`, and:)
+
     `tags`: tags one run uses side by side (of the call's block).
     `cost`: a flat schedule's formula, ``(n bytes, span, work, codec or None) -> seconds``
     (`planning.model`: the ranks it runs over, the machine's speeds); `auto` prices the
@@ -56,23 +81,12 @@ class Schedule:
     name: str
     run: ScheduleFunction
     summary: str
-    codecs: bool = True
-    per_hop: bool = False
-    fixed_size_payloads: bool = True
-    two_level: bool = False
-    native: bool = False
     tags: int = 1
-    split: Callable[..., Any] | None = None  # two-level: (topology) -> level layout
     cost: Callable[..., float] | None = None  # flat: (n, span, work, codec) -> seconds
 
     def accepts(self, codec: Any) -> bool:
         """Whether this schedule can carry `codec` (two-level: at its inter level, see plan)."""
-        if not self.codecs:
-            return False
-        if self.fixed_size_payloads and not codec.fixed_size:
-            return False
-        rescaling = codec.sparse and codec.unbiased
-        return not (self.per_hop and rescaling)
+        return self._carries(codec, self.per_hop)
 
 
 class _Registry(Mapping):
@@ -119,7 +133,7 @@ SCHEDULES = _Registry()
 
 
 @dataclass(frozen=True)
-class ShardSchedule:
+class ShardSchedule(_Carries):
     """One reduce-scatter / all-gather schedule: both directions, their properties and costs.
 
     `reduce_scatter(t, work, blocks, enc, tag, xp, send=None)`: afterwards
@@ -131,31 +145,24 @@ class ShardSchedule:
     pair of encodings (level 1 lossless, level 2 the codec's) for `enc`.
     `cost_rs` / `cost_ag`: ``(n bytes of the whole vector, span, work, codec) -> seconds``
     (two-level: ``(n, rows, columns, work, codec)``, rows the node level).
-    The other fields mean what they mean on `Schedule`.
+    The other fields are `_Carries`'s.
     """
 
     name: str
     reduce_scatter: ScheduleFunction
     allgather: ScheduleFunction
     summary: str
-    codecs: bool = True
-    per_hop: bool = False
-    fixed_size_payloads: bool = True
-    two_level: bool = False
-    native: bool = False
-    split: Callable[..., Any] | None = None
     cost_rs: Callable[..., float] | None = None
     cost_ag: Callable[..., float] | None = None
 
     def accepts(self, codec: Any, collective: str) -> bool:
         """Whether this schedule's `collective` ("reduce-scatter"/"all-gather") can carry `codec`
-        (MPI's own reduce-scatter applies its op itself: lossless only)."""
-        if not self.codecs or self.native and collective == "reduce-scatter":
+        (MPI's own reduce-scatter applies its op itself: lossless only; an all-gather forwards
+        payloads unchanged, so per-hop re-encoding is the reduce-scatter's alone)."""
+        reduce_scatter = collective == "reduce-scatter"
+        if self.native and reduce_scatter:
             return False
-        if self.fixed_size_payloads and not codec.fixed_size:
-            return False
-        rescaling = codec.sparse and codec.unbiased
-        return not (self.per_hop and rescaling and collective == "reduce-scatter")
+        return self._carries(codec, self.per_hop and reduce_scatter)
 
 
 # name -> ShardSchedule: the modules of collectives/schedules/sharded/, each registering one

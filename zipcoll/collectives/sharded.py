@@ -35,7 +35,7 @@ from zipcoll.collectives.dispatch import round_to_bfloat16, widen_bfloat16
 from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.ops import BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of, \
     lookup, native_agrees, op_code
-from zipcoll.collectives.plan import FLOATS, _check_key, _codec, _feedback_as_key
+from zipcoll.collectives.plan import _check_compressible, _check_key, _codec, _feedback_as_key
 from zipcoll.collectives.planning.model import Shape, Work
 from zipcoll.collectives.planning import plans
 from zipcoll.collectives.planning.plans import flat_span
@@ -188,7 +188,8 @@ def make_shard_plan(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any,
     _, flat, key = _feedback_as_key(None, flat, key, [codec])
     _check_key(key)
     if flat is not None:
-        _check_compressible(kind, reduce_op, dtype, flat)
+        reduced = reduce_op if kind == REDUCE_SCATTER else None  # all-gather: dtype only
+        _check_compressible(reduced, dtype, flat, kind)
     to_mpi = buffers.handed_to_mpi(source)
     if to_mpi and (flat is not None or mean):
         raise buffers.DeviceComputeError(f"codec {flat.codec_id!r}" if flat else "op 'mean'")
@@ -313,16 +314,6 @@ def _checked_recv(kind: str, send: Buffer | None, recv: Buffer | None, counts: l
             raise ValueError("sendbuf and recvbuf share memory; for a call in place pass "
                              "MPI.IN_PLACE as sendbuf and the buffer as recvbuf")
     return recv
-
-
-def _check_compressible(kind: str, op: Any, dtype: np.dtype, codec: Codec) -> None:
-    if kind == REDUCE_SCATTER and op is not SUM:
-        name = op.name if isinstance(op, ReduceOp) else "a user-defined op"
-        raise ValueError(f"compressed reduce-scatter supports op SUM and 'mean', not {name}; "
-                         "use codec=None for other ops")
-    if dtype not in FLOATS:
-        raise TypeError(f"codec {codec.codec_id!r} compresses float16/32/64 and bfloat16, "
-                        f"not {dtype}")
 
 
 def _auto(plan: ShardPlan, size: int, ctx: Context) -> tuple[ShardSchedule, ShardSchedule | None]:

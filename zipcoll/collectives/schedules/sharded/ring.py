@@ -49,11 +49,9 @@ def ring_rs_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -
         lossless:    (p-1) (alpha + n/p beta + n/p gamma)
         compressed:  (p-1) (alpha + w(n/p) beta + [enc + dec_add](n/p))
     """
-    p = span.size
+    p, m, moves = _moves(n, span, work, codec)
     if p == 1:
         return 0.0
-    m = n / p
-    moves = (p - 1) * work.hop(span.ring_link, work.wire(codec, m))
     if codec is None:
         return moves + (p - 1) * work.reduce(m)
     return moves + (p - 1) * (work.encode(codec, m) + work.decode_add(codec, m))
@@ -65,14 +63,19 @@ def ring_ag_cost(n: float, span: Span, work: Work, codec: Codec | None = None) -
         lossless:    (p-1) (alpha + n/p beta)
         compressed:  (p-1) (alpha + w(n/p) beta) + [enc + dec](n/p) + (p-1) dec(n/p)
     """
-    p = span.size
+    p, m, moves = _moves(n, span, work, codec)
     if p == 1:
         return 0.0
-    m = n / p
-    moves = (p - 1) * work.hop(span.ring_link, work.wire(codec, m))
     if codec is None:
         return moves
     return moves + work.encode(codec, m) + p * work.decode(codec, m)
+
+
+def _moves(n: float, span: Span, work: Work, codec: Codec | None) -> tuple[int, float, float]:
+    """(p, m = n/p, the moves of either direction: p-1 ring steps of one block's payload)."""
+    p = span.size
+    m = n / p
+    return p, m, (p - 1) * work.hop(span.ring_link, work.wire(codec, m))
 
 
 register_sharded(ShardSchedule(
