@@ -223,6 +223,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if not args.online:
+        zipcoll.configure(tune=False)  # auto from the profile alone: no online tuning
     comm = MPI.COMM_WORLD
     topology = Topology.from_comm(comm)
     plans, autos = plans_to_time(topology, args.codec)
