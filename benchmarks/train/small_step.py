@@ -32,6 +32,7 @@ from hooks import timed_training
 CONFIGS = {
     "DDP (gloo allreduce)": None,
     "zipcoll lossless": {"codec": None, "algorithm": "ring"},
+    "zipcoll defaults (auto; tuned online)": {},  # ddp_comm_hook() as a user first calls it
     "zipcoll int8": {"codec": "int8", "algorithm": "ring", "error_feedback": False},
     "zipcoll sign+EF": {"codec": "sign", "algorithm": "allgather"},
 }

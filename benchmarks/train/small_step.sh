@@ -10,7 +10,8 @@ cd "$(dirname "$0")/../.."
 source scripts/mpienv.sh
 out=$1 rounds=$2; shift 2
 mkdir -p "$out"
-configs=("DDP (gloo allreduce)" "zipcoll lossless" "zipcoll int8" "zipcoll sign+EF")
+configs=("DDP (gloo allreduce)" "zipcoll lossless" "zipcoll defaults (auto; tuned online)" "zipcoll int8"
+         "zipcoll sign+EF")
 layer=${NUMBA_THREADING_LAYER:-default}
 for round in $(seq "$rounds"); do
     for i in "${!configs[@]}"; do
