@@ -14,7 +14,8 @@ one step of power iteration with a warm-started factor Q (m x r), as in Vogels e
     M += residual (error feedback)   P = M Q    all-reduce P (sum)    orthogonalize P
     Q = Mᵀ P    all-reduce Q (mean)    M ≈ P Qᵀ    residual = M - P Qᵀ    keep Q (warm start)
 
-so r (n + m) numbers go on the wire instead of n m. Matrices too small to gain (PyTorch's
+so r (n + m) numbers go on the wire instead of n m (the planner prices the step:
+`zipcoll.collectives.planning.lowrank`, `zipcoll-bench simulate --codec powersgd:rank=4`). Matrices too small to gain (PyTorch's
 rule: compressed only where (n + m) r x `min_compression_rate` < n m) and tensors of one
 dimension or none are averaged exactly, in one all-reduce that runs beside P's. Matrices
 of the same shape go in one batched matmul with `batch_tensors_with_same_shape`. P and Q
@@ -55,6 +56,7 @@ from zipcoll.codecs import get_codec
 from zipcoll.codecs.backend import cupy as _cupy
 from zipcoll.collectives import allreduce as _allreduce
 from zipcoll.collectives import iallreduce as _iallreduce
+from zipcoll.collectives.planning.lowrank import compressible, matrix_shape
 from zipcoll.errors import MismatchError, MissingDependencyError
 from zipcoll.topologies import Topology
 
@@ -289,11 +291,10 @@ def _prepare(state: PowerSGDState, tensors: Sequence[Any], keys: Sequence | None
     groups: dict[tuple, list] = {}  # (n, m) -> [(key, array)], in first-seen order (PyTorch's)
     dense, sent = [], 0
     for key, (_, a) in zip(keys, arrays):
-        n, m = (a.shape[0], a.size // a.shape[0]) if a.ndim > 1 and a.shape[0] else (a.size, 1)
-        r = min(n, m, state.rank)
-        if a.ndim > 1 and (n + m) * r * state.min_compression_rate < n * m:
-            groups.setdefault((n, m), []).append((key, a))
-            sent += (n + m) * r
+        nm = matrix_shape(a.shape)
+        if nm is not None and compressible(*nm, state.rank, state.min_compression_rate):
+            groups.setdefault(nm, []).append((key, a))
+            sent += sum(nm) * min(*nm, state.rank)
         else:
             dense.append(a)
             sent += a.size

@@ -17,6 +17,10 @@ others work too (on a shared machine that is less than one core's worth):
 - each codec's encode, decode and decode_add at two sizes (overhead + throughput),
   with ``zipcoll-bench codecs``' measurement, every rank at once; the per-call overhead
   is at least what a codec call costs inside a schedule (ring + int8 against ring, 1 KiB).
+- PowerSGD's local work (``LowRankSpeed``): ``zipcoll.lowrank`` steps on one rank's own
+  64 MiB matrix, every rank at once: at 4 columns without error feedback (its products,
+  bytes of the matrix a second), with it (its elementwise passes), at 32 columns (the
+  products' flops), and ``zipcoll.lowrank.orthogonalize`` of a factor at two sizes;
 - with ``--plans [CODEC ...]``: every plan ``auto`` may pick (lossless, and those carrying
   each CODEC), whole calls at every size of ``--plan-sizes``, timed as ``zipcoll-bench
   autocheck`` times them; ``auto`` then ranks those plans by what they took on this layout.
@@ -29,6 +33,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 from mpi4py import MPI
@@ -39,10 +44,15 @@ from zipcoll.bench.timing import message_sizes, parse_range, time_per_call
 from zipcoll.topologies import Topology
 from zipcoll.collectives.planning import (DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile,
                                       Rate, Shape, candidate_plans)
+from zipcoll.collectives.planning.profile import DEFAULT_LOWRANK, LowRankSpeed, Product
+from zipcoll.lowrank import PowerSGDState, orthogonalize
+from zipcoll.lowrank import allreduce as lowrank_allreduce
 from zipcoll.transport import Transport
 
 STEP_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
 NATIVE_SIZES = [8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22, 1 << 24]
+LOWRANK_SIDE = 4096  # a 64 MiB float32 matrix: out of any cache, as a large layer's gradient
+LOWRANK_FACTOR_ROWS = (1 << 10, 1 << 16)  # orthogonalized factors of 4 columns: 16 KiB, 1 MiB
 CODEC_SIZES = (1 << 12, 1 << 24)  # per-call overhead from the small, throughput out of cache
 PLAN_SIZES = [1 << k for k in range(3, 27)]  # 8 B to 64 MiB
 PLAN_ROUNDS = 5  # as autocheck: close plans are told apart by the median of rounds
@@ -124,6 +134,40 @@ def measure_reduce(comm: MPI.Comm, sizes: tuple[int, int], iterations: int) -> R
         comm.Barrier()
         times.append(slowest(comm, timed(lambda: np.add(acc, other, out=acc), iterations, 1)))
     return two_point_rate(sizes, times)
+
+
+def measure_lowrank(comm: MPI.Comm, iterations: int, side: int = LOWRANK_SIDE) -> LowRankSpeed:
+    """PowerSGD's local work as ``zipcoll.lowrank`` does it, every rank at once, each on
+    its own (MPI.COMM_SELF: no wire): a step on one large matrix at 4 columns without
+    error feedback (its three products), with it (two elementwise passes more), and at
+    32 columns (the products' flops); orthogonalization of factors at two sizes."""
+    rng = np.random.default_rng(comm.rank)
+    matrix = rng.standard_normal((side, side), dtype=np.float32)
+    factors = [rng.standard_normal((1, rows, 4), dtype=np.float32) for rows in LOWRANK_FACTOR_ROWS]
+    orth = two_point_rate(tuple(f.nbytes for f in factors),
+                          [_every_rank(comm, lambda f=f: orthogonalize(np, f), iterations)
+                           for f in factors])
+    speed = LowRankSpeed(DEFAULT_LOWRANK.product, DEFAULT_LOWRANK.elementwise_bytes_per_s,
+                         orth.bytes_per_s, orth.overhead)
+
+    def products(rank: int, feedback: bool) -> float:
+        """Seconds of a step, less its orthogonalizations: the products (and passes)."""
+        state = PowerSGDState(rank=rank, use_error_feedback=feedback, comm=MPI.COMM_SELF,
+                              algorithm="ring")
+        step = _every_rank(comm, lambda: lowrank_allreduce(state, [matrix]), iterations)
+        return max(step - 2 * speed.orthogonalize(side, rank, 4), 1e-9)
+
+    narrow, wide, with_feedback = products(4, False), products(32, False), products(4, True)
+    return replace(speed, product=Product(3 * matrix.nbytes / narrow,
+                                          3 * 2.0 * matrix.size * 32 / wide,
+                                          DEFAULT_LOWRANK.product.overhead),
+                   elementwise_bytes_per_s=2 * matrix.nbytes / max(with_feedback - narrow, 1e-9))
+
+
+def _every_rank(comm: MPI.Comm, work, iterations: int) -> float:
+    """The slowest rank's median seconds of ``work``, every rank running it at once."""
+    comm.Barrier()
+    return slowest(comm, timed(work, iterations, 2))
 
 
 def two_point_rate(sizes: tuple[int, int], times: list[float]) -> Rate:
@@ -292,6 +336,11 @@ def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = No
         speeds[spec.partition(":")[0]] = speed
         say(f"{spec}: encode {speed.encode.bytes_per_s / 1e9:.2f} GB/s + {speed.encode.overhead * 1e6:.0f} us, "
             f"decode_add {speed.decode_add.bytes_per_s / 1e9:.2f} GB/s")
+    lowrank = measure_lowrank(comm, max(3, iterations // 5), LOWRANK_SIDE // 2 if quick else LOWRANK_SIDE)
+    say(f"lowrank: products {lowrank.product.bytes_per_s / 1e9:.2f} GB/s, "
+        f"{lowrank.product.flops_per_s / 1e9:.1f} GFLOP/s; elementwise "
+        f"{lowrank.elementwise_bytes_per_s / 1e9:.2f} GB/s; orthogonalize "
+        f"{lowrank.orthogonalize_bytes_per_s / 1e9:.2f} GB/s + {lowrank.orthogonalize_overhead * 1e6:.0f} us")
     layout = Shape.of(topology).label
     source = (f"zipcoll-bench calibrate on {comm.size} ranks, {layout}, "
               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
@@ -301,7 +350,7 @@ def calibrate(comm: MPI.Comm, quick: bool = False, codecs: list[str] | None = No
         plans[layout] = measure_plans(comm, topology, plan_codecs, plan_sizes or PLAN_SIZES,
                                       say)
     profile = Profile(intra, inter, reduce, step, call, {**defaults, **speeds},
-                      {layout: tuple(native)}, source, plans)
+                      {layout: tuple(native)}, source, plans, lowrank)
     return Profile.from_dict(comm.bcast(profile.to_dict(), root=0)), points
 
 

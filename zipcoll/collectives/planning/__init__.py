@@ -8,6 +8,7 @@ layout from `zipcoll.topologies` and the machine from a `Profile`:
     plans.py      PlanShape, candidate_plans, predict, rank_plans, bounds
     selector.py   Selector: algorithm="auto", cached per size bucket
     tuning.py     Tuner: auto timing the model's best few plans on the job's own calls
+    lowrank.py    lowrank_cost: one PowerSGD step (zipcoll.lowrank) priced
     explain.py    what zipcoll.explain shows (Ranking), and the profile every rank loads alike
 """
 from zipcoll.collectives.planning.explain import Ranking, ranking, shared_profile

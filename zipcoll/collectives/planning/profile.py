@@ -2,7 +2,8 @@
 
 A message of m bytes over a link costs ``alpha + m * beta`` (Hockney); reducing m bytes
 costs ``m * gamma`` (numpy add); a codec costs ``overhead + m / throughput`` per call, for
-encode, decode and decode_add. Two link classes: ``intra`` (ranks on one node: shared
+encode, decode and decode_add; PowerSGD's products, elementwise passes and
+orthogonalization have speeds of their own (``LowRankSpeed``). Two link classes: ``intra`` (ranks on one node: shared
 memory, NVLink) and ``inter`` (between nodes). ``zipcoll-bench calibrate`` measures a
 profile and saves it as JSON; ``load_profile`` reads one back ($ZIPCOLL_PROFILE).
 """
@@ -89,6 +90,57 @@ DEFAULT_CODECS = {
 
 
 @dataclass(frozen=True)
+class Product:
+    """A matrix product by a factor of few columns: ``overhead + max(bytes / bytes_per_s,
+    flops / flops_per_s)`` with bytes those of the large matrix read or written."""
+
+    bytes_per_s: float
+    flops_per_s: float
+    overhead: float = 0.0
+
+    def time(self, nbytes: float, flops: float) -> float:
+        return self.overhead + max(nbytes / self.bytes_per_s, flops / self.flops_per_s)
+
+
+@dataclass(frozen=True)
+class LowRankSpeed:
+    """How fast a rank does PowerSGD's local work: products with a factor, elementwise
+    passes over a matrix (bytes of the matrix a second), orthogonalization (bytes of a
+    factor of 4 columns a second, plus a call's overhead; QR's work grows as n r², so a
+    factor of r columns takes r/4 times as long a byte)."""
+
+    product: Product
+    elementwise_bytes_per_s: float
+    orthogonalize_bytes_per_s: float
+    orthogonalize_overhead: float
+
+    def orthogonalize(self, rows: int, columns: int, itemsize: int) -> float:
+        nbytes = rows * columns * itemsize
+        return self.orthogonalize_overhead + nbytes * columns / 4 / self.orthogonalize_bytes_per_s
+
+    def to_dict(self) -> dict:
+        return {"product": vars(self.product).copy(),
+                "elementwise_bytes_per_s": self.elementwise_bytes_per_s,
+                "orthogonalize_bytes_per_s": self.orthogonalize_bytes_per_s,
+                "orthogonalize_overhead": self.orthogonalize_overhead}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LowRankSpeed:
+        return cls(Product(**data["product"]), float(data["elementwise_bytes_per_s"]),
+                   float(data["orthogonalize_bytes_per_s"]), float(data["orthogonalize_overhead"]))
+
+
+# Two ranks on this project's 2-core machine, one BLAS thread each, both computing at once
+# on a 64 MiB float32 matrix (out of cache), quiet: `zipcoll-bench calibrate`'s
+# measure_lowrank (benchmarks/results/lowrank-cost/). A product with 4 columns streams the
+# matrix at ~6 GB/s; with 64, ~80 GFLOP/s bind. Orthogonalizing a factor of 4 columns
+# (LAPACK's QR, through NumPy) runs at ~0.2 GB/s of it.
+DEFAULT_LOWRANK = LowRankSpeed(Product(bytes_per_s=6.0e9, flops_per_s=80e9, overhead=5e-6),
+                               elementwise_bytes_per_s=7.0e9,
+                               orthogonalize_bytes_per_s=0.18e9, orthogonalize_overhead=20e-6)
+
+
+@dataclass(frozen=True)
 class Profile:
     """Everything the model knows about a machine; JSON via ``to_dict`` / ``from_dict``.
 
@@ -111,6 +163,7 @@ class Profile:
     native: Mapping[str, tuple] = field(default_factory=dict)
     source: str = ""
     plans: Mapping[str, Mapping[str, tuple]] = field(default_factory=dict)
+    lowrank: LowRankSpeed = DEFAULT_LOWRANK  # PowerSGD's local work (planning/lowrank.py)
 
     def codec_speed(self, codec: Codec) -> CodecSpeed:
         """The speed of ``codec``: measured for its id, else the default table, else int8's."""
@@ -124,6 +177,7 @@ class Profile:
         out["native"] = {k: [list(p) for p in v] for k, v in self.native.items()}
         out["plans"] = {k: {plan: [list(p) for p in v] for plan, v in table.items()}
                         for k, table in self.plans.items()}
+        out["lowrank"] = self.lowrank.to_dict()
         return out
 
     @classmethod
@@ -134,9 +188,11 @@ class Profile:
         native = {k: _points(v) for k, v in data.get("native", {}).items()}
         plans = {k: {plan: _points(v) for plan, v in table.items()}
                  for k, table in data.get("plans", {}).items()}
+        lowrank = (LowRankSpeed.from_dict(data["lowrank"]) if "lowrank" in data
+                   else DEFAULT_LOWRANK)  # profiles saved before it was measured
         return cls(Link(**data["intra"]), Link(**data["inter"]), Rate(**data["reduce"]),
                    float(data["step_overhead"]), float(data["call_overhead"]), codecs, native,
-                   str(data.get("source", "")), plans)
+                   str(data.get("source", "")), plans, lowrank)
 
     def save(self, path: str) -> None:
         """Write the profile as JSON."""
