@@ -130,14 +130,14 @@ class LowRankSpeed:
                    float(data["orthogonalize_bytes_per_s"]), float(data["orthogonalize_overhead"]))
 
 
-# Two ranks on this project's 2-core machine, one BLAS thread each, both computing at once
-# on a 64 MiB float32 matrix (out of cache), quiet: `zipcoll-bench calibrate`'s
-# measure_lowrank (benchmarks/results/lowrank-cost/). A product with 4 columns streams the
-# matrix at ~6 GB/s; with 64, ~80 GFLOP/s bind. Orthogonalizing a factor of 4 columns
-# (LAPACK's QR, through NumPy) runs at ~0.2 GB/s of it.
-DEFAULT_LOWRANK = LowRankSpeed(Product(bytes_per_s=6.0e9, flops_per_s=80e9, overhead=5e-6),
-                               elementwise_bytes_per_s=7.0e9,
-                               orthogonalize_bytes_per_s=0.18e9, orthogonalize_overhead=20e-6)
+# Two ranks on this project's 2-core machine, one BLAS thread each, both at once, as
+# `zipcoll-bench calibrate` measures them (zipcoll.lowrank on a 64 MiB float32 matrix:
+# benchmarks/results/lowrank-cost/, medians of 15 calibrations): the products stream the
+# matrix at 4.3 GB/s (4 columns) or compute 70 GFLOP/s (32), the elementwise passes run at
+# 4.2 GB/s, orthogonalizing a factor of 4 columns (LAPACK's QR) at 0.34 GB/s of it.
+DEFAULT_LOWRANK = LowRankSpeed(Product(bytes_per_s=4.3e9, flops_per_s=70e9, overhead=5e-6),
+                               elementwise_bytes_per_s=4.2e9,
+                               orthogonalize_bytes_per_s=0.34e9, orthogonalize_overhead=0.0)
 
 
 @dataclass(frozen=True)
