@@ -9,8 +9,10 @@
     python benchmarks/suite.py --layout 2x2 --dry-run              # plan, commands, time estimate
 
 `auto` and `auto+CODEC` combos run algorithm="auto" (tuning itself online: each run is a
-fresh process) and are bounded by the plans their timed calls ran (the bench records
-them from `Request.plan`), weighted by their share of the calls.
+fresh process), timed after AUTO_LEARN_CALLS untimed calls a size (its learning: the
+bench's --learn-calls, their time in the JSON's learning_us), and are bounded by the plans
+their timed calls ran (the bench records them from `Request.plan`), weighted by their
+share of the calls.
 
 A layout is NODESxRANKS_PER_NODE. For each layout (and each rate, for more than one node)
 the suite brings the emulated cluster of benchmarks/cluster/ up, runs `zipcoll-bench
@@ -54,6 +56,7 @@ DEFAULT_COMBOS = ("ring", "rabenseifner", "hierarchical",
 QUICK_COMBOS = ("ring", "hierarchical+int8", "allgather+topk:ratio=0.01")
 SUMMARY_SIZES = (4 << 20, 16 << 20, 64 << 20)
 MiB = 1 << 20
+AUTO_LEARN_CALLS = 20     # auto's untimed calls a size before it is timed: tuned, as a job is
 BOUND_SIZE = "64M"        # codec speeds for the bound column are taken at this size
 FRAME_PAYLOAD = 1448 / 1514  # TCP payload of a full Ethernet frame: what a shaped link carries
 
@@ -186,8 +189,9 @@ def native_seconds(size: int, layout: Layout, rate: str) -> float:
     return 100e-6 + max(cpu, wire)
 
 
-def estimate_run(segment: Segment, layout: Layout, rate: str) -> float:
-    """Seconds for one bench run: launch, then per size the probe, warm-up, timed and check calls."""
+def estimate_run(segment: Segment, layout: Layout, rate: str, learn: int = 0) -> float:
+    """Seconds for one bench run: launch, then per size the probe, warm-up, timed and check
+    calls (and ``learn`` untimed calls of auto's)."""
     total = 3.0 if layout.nodes == 1 else 5.0
     for size in segment.sizes:
         t = native_seconds(size, layout, rate)
@@ -199,7 +203,7 @@ def estimate_run(segment: Segment, layout: Layout, rate: str) -> float:
             fit = int(segment.budget / (2 * t))
             warmup = min(warmup, fit // 10)
             calls = 2 + warmup + max(1, min(iterations, fit - warmup))
-        total += 2 * t * calls + 4 * t + 0.02   # native + zipcoll; -c: 1 call + float64 Allreduce
+        total += 2 * t * calls + 4 * t + 0.02 + t * learn   # native + zipcoll; -c: 1 call + float64 Allreduce
     return total
 
 
@@ -219,6 +223,11 @@ def relative(path: Path) -> str:
         return str(path)
 
 
+def learn_calls(combo: Combo) -> int:
+    """Untimed calls a size before the timed ones: auto's learning, none for a fixed plan."""
+    return AUTO_LEARN_CALLS if combo.algorithm == "auto" else 0
+
+
 def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
     argv = ["zipcoll-bench", "allreduce", "-m", segment.spec, "--algorithm", combo.algorithm]
     if combo.codec:
@@ -229,6 +238,8 @@ def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
         argv += ["-x", str(segment.warmup)]
     if segment.budget:
         argv += ["--time-budget", f"{segment.budget:g}"]
+    if learn_calls(combo):
+        argv += ["--learn-calls", str(learn_calls(combo))]
     return argv + ["-f", "-c", "--json", relative(json_path)]
 
 
@@ -308,7 +319,8 @@ class Suite:
         self.args = args
         self.env = child_env(args.prefix)
         self.targets = self.plan()
-        self.estimates = {id(t): [estimate_run(s, t.layout, t.rate) for _, s in t.runs]
+        self.estimates = {id(t): [estimate_run(s, t.layout, t.rate, learn_calls(c))
+                                  for c, s in t.runs]
                           for t in self.targets}
         self.total_estimate = sum(sum(e) for e in self.estimates.values())
         self.done_estimate = 0.0

@@ -137,3 +137,23 @@ def test_first_size_warms_up_before_the_probe():
     assert calls == {"native": 2, "ours": 2}  # warm-up, then the probe
     b.iteration_counts(8192, counted("native"), counted("ours"))
     assert calls == {"native": 3, "ours": 3}  # the probe only
+
+
+def test_auto_learns_untimed_before_its_timed_calls(tmp_path):
+    """--learn-calls: auto's first calls at each size run untimed (its online tuning), their
+    time goes to learning_us, and the timed calls' plans are counted after them."""
+    env = mpi_env()
+    if shutil.which("mpiexec", path=env["PATH"]) is None:
+        pytest.skip("no mpiexec")
+    out = tmp_path / "auto.json"
+    cmd = ["mpiexec", "-n", "2", sys.executable, "-m", "zipcoll.bench", "allreduce",
+           "-m", "64K:128K", "-i", "4", "-x", "1", "--algorithm", "auto", "--learn-calls", "12",
+           "--json", str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["learning_us"] > 0 for r in rows)
+    assert all(sum(r["plans"].values()) == 4 + 1 for r in rows)  # warm-up + timed, not learning
+    args = bench.build_parser().parse_args(["--algorithm", "ring", "--learn-calls", "5"])
+    from mpi4py import MPI
+    assert bench.Bench(args, MPI.COMM_SELF).learn(lambda: None) is None  # fixed plans learn nothing

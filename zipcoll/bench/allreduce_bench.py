@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_options(p, op=True)
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="cap the iterations of a size so it takes about this long")
+    p.add_argument("--learn-calls", type=int, default=0, metavar="N",
+                   help="algorithm auto: N untimed calls a size before the timed ones (online "
+                        "tuning's learning; their time is in the JSON as learning_us)")
     p.add_argument("--json", default=None, metavar="PATH", help="write all rows as JSON")
     return p
 
@@ -150,6 +153,7 @@ class Row(Measured):
     wire_bytes: int | None = None
     check: Check | None = None
     plans: dict | None = None  # what the timed calls ran (str(PlanShape) -> calls)
+    learning: float | None = None  # seconds of auto's untimed --learn-calls calls
 
     @property
     def algbw(self) -> float:
@@ -195,15 +199,26 @@ class Bench:
 
         iterations, warmup = self.iteration_counts(size, native, ours)
         t_native = timing.time_per_call(native, iterations, warmup, self.comm)
+        learning = self.learn(ours)
         ran.clear()
         t_ours = timing.time_per_call(ours, iterations, warmup, self.comm)
         row = Row(count * self.dtype.itemsize, count, iterations, warmup,
                   timing.across_ranks(t_ours, self.comm), timing.across_ranks(t_native, self.comm),
                   self.comm.Get_size(), self.wire_bytes(count),
-                  plans={str(plan.shape): calls for plan, calls in ran.values()})
+                  plans={str(plan.shape): calls for plan, calls in ran.values()},
+                  learning=learning)
         if self.args.validate or self.codec is not None:
             row.check = self.validate(bufs, ours)
         return row
+
+    def learn(self, ours: Callable) -> float | None:
+        """auto's --learn-calls untimed calls (not cut by --time-budget): the slowest
+        rank's seconds for all of them, or None without them."""
+        calls = self.args.learn_calls if self.args.algorithm == "auto" else 0
+        if calls <= 0:
+            return None
+        return self.comm.allreduce(calls * timing.time_per_call(ours, calls, 0, self.comm),
+                                   op=MPI.MAX)
 
     def iteration_counts(self, size: int, native: Callable, ours: Callable) -> tuple[int, int]:
         """OSU's counts (or -i/-x), cut to fit --time-budget from one probe call of each."""
@@ -425,6 +440,7 @@ def row_record(row: Row) -> dict:
         "error_bound": check.bound if check else None,
         "validation": _check_text(row) if check else None,
         "plans": row.plans,
+        "learning_us": None if row.learning is None else row.learning * 1e6,
     }
 
 
