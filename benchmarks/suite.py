@@ -357,7 +357,7 @@ class Suite:
             for rate in (["shm"] if layout.nodes == 1 else a.rate):
                 segments = plan_segments(lo, hi, a.quick)
                 runs = [(c, s) for c in a.combos for s in segments]
-                name = f"{layout.name}-{rate}" + ("-quick" if a.quick else "")
+                name = a.name_prefix + f"{layout.name}-{rate}" + ("-quick" if a.quick else "")
                 targets.append(Target(layout, rate, a.out / name, runs))
         return targets
 
@@ -790,6 +790,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smoke run: 3 combos, 5 sizes, -i 2 -x 1")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help="results go to OUT/<layout>-<rate>/ (default benchmarks/results)")
+    p.add_argument("--name-prefix", default="", metavar="TEXT",
+                   help="results go to OUT/TEXT<layout>-<rate>/ (e.g. 'sharded-')")
     p.add_argument("--prefix", default="zcs", help="cluster.sh ZC_PREFIX for the suite's cluster (default zcs)")
     p.add_argument("--run-timeout", type=float, default=900,
                    help="kill a bench run after max(this, 5x its estimate) seconds (default 900)")
