@@ -40,7 +40,7 @@ from zipcoll.collectives.planning.sharded import (ALLGATHER, REDUCE_SCATTER, pre
                                                   sharded_plans)
 from zipcoll.collectives.progress import Request, check_threads
 from zipcoll.collectives.registry import SHARDED, ShardSchedule
-from zipcoll.collectives.schedule import Steps, chunk_bounds, pipelined
+from zipcoll.collectives.schedule import Steps, pipelined
 from zipcoll.collectives.schedules.sharded.hierarchical import rank_grid
 from zipcoll.collectives.slicing import sharded_slicing
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
@@ -505,15 +505,26 @@ def _run(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int, send: Any 
     if cut.slices == 1:
         return _slice_steps(t, plan, buf, tag, tag, plan.blocks, "", send, before, after)
     runs = (_slice_steps(t, plan, buf, tag, tag + i, part, f"slice{i}/", send, before, after)
-            for i, part in enumerate(_parts(plan.blocks, cut.slices)))
+            for i, part in enumerate(_parts(plan.blocks, cut.slices, _group(plan.codec))))
     return pipelined(runs, cut.window)
 
 
-def _parts(blocks: list, slices: int) -> list[list[tuple[int, int]]]:
-    """Each slice's blocks: part i of every block (sizes differing by at most 1)."""
-    cuts = [chunk_bounds(hi - lo, slices) for lo, hi in blocks]
-    return [[(lo + c[i][0], lo + c[i][1]) for (lo, _), c in zip(blocks, cuts)]
+def _parts(blocks: list, slices: int, align: int = 1) -> list[list[tuple[int, int]]]:
+    """Each slice's blocks: part i of every block, cut at multiples of `align` items from
+    the block's start (a block codec's groups: each is encoded as the unsliced call
+    would, so its error bound is the codec's on the whole block)."""
+    def cuts(n: int) -> list[int]:
+        return [min(n, -(-(n * i // slices) // align) * align) for i in range(slices + 1)]
+
+    edges = [cuts(hi - lo) for lo, hi in blocks]
+    return [[(lo + e[i], lo + e[i + 1]) for (lo, _), e in zip(blocks, edges)]
             for i in range(slices)]
+
+
+def _group(codec: Codec | None) -> int:
+    """Items a codec encodes together (its `block`; 1 for element-wise ones)."""
+    block = getattr(codec, "block", None)
+    return block if isinstance(block, int) and block > 0 else 1
 
 
 def _slice_steps(t: transport.Transport, plan: ShardPlan, buf: Any, call_tag: int, tag: int,
