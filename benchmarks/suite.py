@@ -7,6 +7,15 @@
     python benchmarks/suite.py --layout 4x1 --rate 10gbit --sizes 1M:64M --combos ring hierarchical+int8
     python benchmarks/suite.py --layout 4x1 --rate 1gbit --combos auto auto+int8 hierarchical+int8
     python benchmarks/suite.py --layout 2x2 --dry-run              # plan, commands, time estimate
+    python benchmarks/suite.py --layout 2x1 --rate 1gbit --sizes 1M:64M --combos rs:ring+int8 ag:ring+int8
+    python benchmarks/suite.py --layout 2x2 --rate 1gbit --sizes 1M:64M --combos sharded
+
+A combo `rs:ALG[+CODEC]` or `ag:ALG[+CODEC]` is a reduce-scatter or an all-gather
+(`zipcoll-bench reduce-scatter` / `allgather`, which time the MPI library's own
+Reduce_scatter_block / Allgather in the same run); `sharded` stands for SHARDED_COMBOS.
+Their sizes are the benches' own (reduce-scatter: each rank's whole input; all-gather:
+what each rank sends), each collective gets a table of its own beside its native, and
+their runs take no --time-budget (the sharded benches have none: -i/-x or OSU's counts).
 
 `auto` and `auto+CODEC` combos run algorithm="auto" (tuning itself online: each run is a
 fresh process), timed after AUTO_LEARN_CALLS untimed calls a size (its learning: the
@@ -41,7 +50,8 @@ from pathlib import Path
 from zipcoll.bench.timing import parse_size
 from zipcoll.codecs import get_codec
 from zipcoll.topologies import Topology
-from zipcoll.collectives.planning import CodecSpeed, PlanShape, Rate, bounds
+from zipcoll.collectives.planning import CodecSpeed, PlanShape, Rate, bounds, sharded_bounds
+from zipcoll.collectives.planning.sharded import ALLGATHER, REDUCE_SCATTER
 from zipcoll.collectives.planning.selector import default_inner
 from zipcoll.collectives.registry import SCHEDULES
 
@@ -54,6 +64,13 @@ DEFAULT_COMBOS = ("ring", "rabenseifner", "hierarchical",
                   "hierarchical+int8", "hierarchical+int4", "hierarchical+sign",
                   "allgather+topk:ratio=0.01", "ring+int8", "twophase+sign")
 QUICK_COMBOS = ("ring", "hierarchical+int8", "allgather+topk:ratio=0.01")
+SHARDED_COMBOS = ("rs:native", "rs:ring", "rs:ring+int8", "rs:halving+int8",
+                  "rs:hierarchical+int8", "ag:native", "ag:ring", "ag:ring+int8",
+                  "ag:native+int8", "ag:hierarchical+int8")
+# a combo's prefix -> (its collective's bench, the MPI library's own it is timed beside)
+COLLECTIVES = {"": ("allreduce", "MPI Allreduce"),
+               "rs": ("reduce-scatter", "MPI Reduce_scatter_block"),
+               "ag": ("allgather", "MPI Allgather")}
 SUMMARY_SIZES = (4 << 20, 16 << 20, 64 << 20)
 MiB = 1 << 20
 AUTO_LEARN_CALLS = 20     # auto's untimed calls a size before it is timed: tuned, as a job is
@@ -92,21 +109,32 @@ class Layout:
 
 @dataclass(frozen=True)
 class Combo:
-    """ALGORITHM[+CODEC], e.g. 'ring', 'hierarchical+int8', 'allgather+topk:ratio=0.01'."""
+    """[rs:|ag:]ALGORITHM[+CODEC], e.g. 'ring', 'hierarchical+int8', 'rs:ring+int8' (a
+    reduce-scatter), 'ag:native+int8' (an all-gather)."""
 
     algorithm: str
     codec: str | None = None
+    prefix: str = ""   # "" all-reduce, "rs" reduce-scatter, "ag" all-gather
 
     @classmethod
     def parse(cls, text: str) -> "Combo":
-        algorithm, _, codec = text.strip().partition("+")
+        text = text.strip()
+        head, colon, rest = text.partition(":")
+        prefix = head if colon and head in COLLECTIVES else ""
+        algorithm, _, codec = (rest if prefix else text).partition("+")
         if not algorithm:
-            raise argparse.ArgumentTypeError(f"combo {text!r}: expected ALGORITHM[+CODEC]")
-        return cls(algorithm, codec or None)
+            raise argparse.ArgumentTypeError(f"combo {text!r}: expected [rs:|ag:]ALGORITHM[+CODEC]")
+        return cls(algorithm, codec or None, prefix)
+
+    @property
+    def bench(self) -> str:
+        """The zipcoll-bench command: allreduce, reduce-scatter or allgather."""
+        return COLLECTIVES[self.prefix][0]
 
     @property
     def label(self) -> str:
-        return self.algorithm + (f"+{self.codec}" if self.codec else "")
+        return (f"{self.prefix}:" if self.prefix else "") + self.algorithm + (
+            f"+{self.codec}" if self.codec else "")
 
     @property
     def slug(self) -> str:
@@ -189,12 +217,18 @@ def native_seconds(size: int, layout: Layout, rate: str) -> float:
     return 100e-6 + max(cpu, wire)
 
 
-def estimate_run(segment: Segment, layout: Layout, rate: str, learn: int = 0) -> float:
+def estimate_run(segment: Segment, layout: Layout, rate: str, combo: Combo | None = None) -> float:
     """Seconds for one bench run: launch, then per size the probe, warm-up, timed and check
-    calls (and ``learn`` untimed calls of auto's)."""
+    calls, and auto's untimed learning calls (an all-gather moves p times its size: priced
+    as an all-reduce of p/2 times it)."""
     total = 3.0 if layout.nodes == 1 else 5.0
+    learn = learn_calls(combo) if combo is not None else 0
+    sharded = combo is not None and combo.prefix
+    if sharded:  # no time budget: OSU's counts or the segment's -i/-x
+        segment = Segment(segment.sizes, segment.iterations, segment.warmup, None)
+    scale = layout.ranks / 2 if sharded and combo.prefix == "ag" else 1.0
     for size in segment.sizes:
-        t = native_seconds(size, layout, rate)
+        t = native_seconds(int(size * scale), layout, rate)
         small = size <= 8192                   # OSU's defaults where -i/-x are not given
         iterations = segment.iterations if segment.iterations is not None else (1000 if small else 100)
         warmup = segment.warmup if segment.warmup is not None else (100 if small else 10)
@@ -224,19 +258,20 @@ def relative(path: Path) -> str:
 
 
 def learn_calls(combo: Combo) -> int:
-    """Untimed calls a size before the timed ones: auto's learning, none for a fixed plan."""
-    return AUTO_LEARN_CALLS if combo.algorithm == "auto" else 0
+    """Untimed calls a size before the timed ones: auto's learning (the all-reduce bench's
+    --learn-calls), none for a fixed plan or the sharded benches."""
+    return AUTO_LEARN_CALLS if combo.algorithm == "auto" and not combo.prefix else 0
 
 
 def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
-    argv = ["zipcoll-bench", "allreduce", "-m", segment.spec, "--algorithm", combo.algorithm]
+    argv = ["zipcoll-bench", combo.bench, "-m", segment.spec, "--algorithm", combo.algorithm]
     if combo.codec:
         argv += ["--codec", combo.codec]
     if segment.iterations is not None:
         argv += ["-i", str(segment.iterations)]
     if segment.warmup is not None:
         argv += ["-x", str(segment.warmup)]
-    if segment.budget:
+    if segment.budget and not combo.prefix:  # the sharded benches have no time budget
         argv += ["--time-budget", f"{segment.budget:g}"]
     if learn_calls(combo):
         argv += ["--learn-calls", str(learn_calls(combo))]
@@ -319,8 +354,7 @@ class Suite:
         self.args = args
         self.env = child_env(args.prefix)
         self.targets = self.plan()
-        self.estimates = {id(t): [estimate_run(s, t.layout, t.rate, learn_calls(c))
-                                  for c, s in t.runs]
+        self.estimates = {id(t): [estimate_run(s, t.layout, t.rate, c) for c, s in t.runs]
                           for t in self.targets}
         self.total_estimate = sum(sum(e) for e in self.estimates.values())
         self.done_estimate = 0.0
@@ -336,7 +370,7 @@ class Suite:
             for rate in (["shm"] if layout.nodes == 1 else a.rate):
                 segments = plan_segments(lo, hi, a.quick)
                 runs = [(c, s) for c in a.combos for s in segments]
-                name = f"{layout.name}-{rate}" + ("-quick" if a.quick else "")
+                name = a.name_prefix + f"{layout.name}-{rate}" + ("-quick" if a.quick else "")
                 targets.append(Target(layout, rate, a.out / name, runs))
         return targets
 
@@ -506,8 +540,8 @@ def add_run(record: dict, combo: Combo, segment: Segment, line: str, json_path: 
     """Merge one bench run's JSON into its combo's entry (rows sorted by size)."""
     entry = next((c for c in record["combos"] if c["combo"] == combo.label), None)
     if entry is None:
-        entry = {"combo": combo.label, "algorithm": combo.algorithm, "codec": combo.codec,
-                 "runs": [], "rows": []}
+        entry = {"combo": combo.label, "collective": combo.bench, "algorithm": combo.algorithm,
+                 "codec": combo.codec, "runs": [], "rows": []}
         record["combos"].append(entry)
     run = {"sizes": segment.spec, "command": line, "json": relative(json_path), "rc": rc,
            "seconds": round(seconds, 2), "load_average_start": load}
@@ -537,12 +571,23 @@ def cluster_state(prefix: str) -> dict:
         return {}
 
 
+def collective_of(combo: dict) -> str:
+    """The bench a combo of suite.json ran: allreduce (older records say nothing),
+    reduce-scatter or allgather."""
+    return combo.get("collective") or "allreduce"
+
+
+SHARDED_KINDS = {"reduce-scatter": REDUCE_SCATTER, "allgather": ALLGATHER}
+
+
 def combo_plan(combo: dict) -> PlanShape | None:
     """The plan a combo runs: two-level ones with their default inner schedule; None for
-    auto (its rows name the plans it ran)."""
+    auto (an all-reduce's rows name the plans it ran; a sharded one's do not: no bound)."""
     algorithm, _, inner = combo["algorithm"].partition(":")
     if algorithm == "auto":
         return None
+    if collective_of(combo) in SHARDED_KINDS:  # two-level: sharded_bounds' default inner
+        return PlanShape(algorithm, inner or None, None, combo["codec"])
     if SCHEDULES[algorithm].two_level and not inner:
         inner = default_inner(get_codec(combo["codec"]) if combo["codec"] else None)
     return PlanShape(algorithm, inner or None, None, combo["codec"])
@@ -579,6 +624,7 @@ def add_bounds(record: dict) -> None:
               for spec, gbs in record.get("codec_speeds", {}).items()}
     for combo in record["combos"]:
         fixed = combo_plan(combo)
+        kind = SHARDED_KINDS.get(collective_of(combo))
         for row in combo["rows"]:
             # auto: the plans its timed calls ran (`Request.plan`), each bound weighted by
             # its share of the calls
@@ -590,8 +636,8 @@ def add_bounds(record: dict) -> None:
                 continue  # a codec not timed: no bound
             if not bps and not any(p.inter_codec for p in ran):
                 continue
-            parts = [(calls, bounds(p, row["size"], topology, bps / 8 * FRAME_PAYLOAD, speeds,
-                                    record["ranks"])) for p, calls in ran.items()]
+            parts = [(calls, plan_bounds(kind, p, row["size"], topology, bps / 8 * FRAME_PAYLOAD,
+                                         speeds, record["ranks"])) for p, calls in ran.items()]
             total = sum(calls for calls, _ in parts)
             wire = sum(calls * w for calls, (w, _) in parts) / total
             codec = sum(calls * c for calls, (_, c) in parts) / total
@@ -599,6 +645,19 @@ def add_bounds(record: dict) -> None:
                 continue
             row["wire_ms"], row["codec_ms"] = wire * 1e3, codec * 1e3
             row["vs_bound"] = row["avg_us"] / 1e3 / max(wire * 1e3, codec * 1e3)
+
+
+def plan_bounds(kind: str | None, plan: PlanShape, size: int, topology: Topology, rate: float,
+                speeds: dict, ranks: int) -> tuple[float, float]:
+    """(wire, codec) of one row: an all-reduce's (`kind` None) by `planning.bounds`; a
+    reduce-scatter's or all-gather's by `planning.sharded_bounds`, of the whole vector (a
+    reduce-scatter's size is it, an all-gather's is one rank's block of it)."""
+    if kind is None:
+        return bounds(plan, size, topology, rate, speeds, ranks)
+    whole = size * (ranks if kind == ALLGATHER else 1)
+    spec = plan.inter_codec and base_spec(plan.inter_codec)
+    return sharded_bounds(kind, plan._replace(inter_codec=spec), whole, topology, rate, speeds,
+                          ranks)
 
 
 def bound_text(record: dict, sizes: list[int]) -> list[str]:
@@ -649,24 +708,47 @@ def row_at(entry: dict, size: int) -> dict | None:
 
 
 def summary_text(record: dict) -> str:
-    """Markdown: native's times, then per combo the speedup at 4/16/64 MiB and the largest size."""
+    """Markdown: native's times, then per combo the speedup at 4/16/64 MiB and the largest
+    size; a table per collective (all-reduce, reduce-scatter, all-gather) beside its own
+    native, where the run has more than one."""
     combos = [c for c in record["combos"] if c["rows"]]
     largest = max((r["size"] for c in combos for r in c["rows"]), default=0)
     sizes = [s for s in SUMMARY_SIZES if s < largest] + ([largest] if largest else [])
-    head = [size_text(s) for s in sizes]
     lines = [f"## {record['layout']}{'-' + record['rate'] if record['rate'] else ''}: "
              f"{record['description']} ({record['ranks']} ranks)", "",
              f"Started {record['started']}, load average {record['load_average_start']} "
              f"(end: {record.get('load_average_end', '?')}). Speedup = native / zipcoll, "
              "both timed in the same run; native = median over the runs at that size."
-             + (f"\n\n**{record['note']}**" if record.get("note") else ""), "",
-             "| combo | " + " | ".join(head) + " | ratio | rel. error | check |",
+             + (f"\n\n**{record['note']}**" if record.get("note") else "")]
+    benches = [COLLECTIVES[prefix] for prefix in COLLECTIVES]
+    present = [(bench, native) for bench, native in benches
+               if any(collective_of(c) == bench for c in combos)] or benches[:1]
+    for bench, native in present:
+        group = [c for c in combos if collective_of(c) == bench]
+        if len(present) > 1 or bench != "allreduce":
+            lines += ["", f"### {bench}" + SIZE_NOTES.get(bench, "")]
+        lines += [""] + speedup_table(group, sizes, native)
+    lines += bound_text(record, sizes)
+    lines += check_text(record)
+    missing = [c["combo"] for c in record["combos"] if not c["rows"]]
+    if missing:
+        lines += ["", "No rows at all: " + ", ".join(missing) + " (see runs.log)."]
+    return "\n".join(lines) + "\n"
+
+
+SIZE_NOTES = {"reduce-scatter": " (size: each rank's input, p blocks)",
+              "allgather": " (size: what each rank sends; it receives p times that)"}
+
+
+def speedup_table(combos: list[dict], sizes: list[int], native_name: str) -> list[str]:
+    """Markdown rows: native's median time, then each combo's speedup over it."""
+    lines = ["| combo | " + " | ".join(size_text(s) for s in sizes) + " | ratio | rel. error | check |",
              "|---|" + "---|" * (len(sizes) + 3)]
     native = []
     for s in sizes:
         values = [r["native_avg_us"] for c in combos if (r := row_at(c, s))]
         native.append(f"{statistics.median(values) / 1e3:.1f} ms" if values else "-")
-    lines.append("| native (MPI Allreduce) | " + " | ".join(native) + " | 1 | 0 | |")
+    lines.append(f"| native ({native_name}) | " + " | ".join(native) + " | 1 | 0 | |")
     for c in combos:
         cells = [f"{r['speedup']:.2f}x" if (r := row_at(c, s)) else "-" for s in sizes]
         last = c["rows"][-1]
@@ -679,12 +761,7 @@ def summary_text(record: dict) -> str:
             check += f" (no result: {', '.join(failed)})"
         error = f"{max(errors):.1e}" if errors else "-"
         lines.append(f"| {c['combo']} | " + " | ".join(cells) + f" | {ratio} | {error} | {check} |")
-    lines += bound_text(record, sizes)
-    lines += check_text(record)
-    missing = [c["combo"] for c in record["combos"] if not c["rows"]]
-    if missing:
-        lines += ["", "No rows at all: " + ", ".join(missing) + " (see runs.log)."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(suite_json: Path, out: Path) -> None:
@@ -718,12 +795,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--burst", default=None, help="tbf burst (default: cluster.sh's 1 ms; 1mb from 5gbit up)")
     p.add_argument("--sizes", default=(4 << 10, 256 * MiB), type=size_range, metavar="MIN:MAX",
                    help="bytes per rank, doubling (default 4K:256M; --quick: 64K:256K and 2M:4M)")
-    p.add_argument("--combos", nargs="+", type=Combo.parse, default=None, metavar="ALG[+CODEC]",
+    p.add_argument("--combos", nargs="+", type=Combo.parse, default=None,
+                   metavar="[rs:|ag:]ALG[+CODEC]",
                    help="what to run beside native (default: all below; --quick: "
-                        + " ".join(QUICK_COMBOS) + ")")
+                        + " ".join(QUICK_COMBOS) + "); rs:/ag: a reduce-scatter/all-gather; "
+                        "'sharded': " + " ".join(SHARDED_COMBOS))
     p.add_argument("--quick", action="store_true", help="smoke run: 3 combos, 5 sizes, -i 2 -x 1")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help="results go to OUT/<layout>-<rate>/ (default benchmarks/results)")
+    p.add_argument("--name-prefix", default="", metavar="TEXT",
+                   help="results go to OUT/TEXT<layout>-<rate>/ (e.g. 'sharded-')")
     p.add_argument("--prefix", default="zcs", help="cluster.sh ZC_PREFIX for the suite's cluster (default zcs)")
     p.add_argument("--run-timeout", type=float, default=900,
                    help="kill a bench run after max(this, 5x its estimate) seconds (default 900)")
@@ -735,6 +816,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "summary's format changed); runs nothing")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the bench tables")
     return p
+
+
+def expanded(combos: list[Combo]) -> list[Combo]:
+    """`sharded` stands for SHARDED_COMBOS."""
+    out = []
+    for combo in combos:
+        out += ([Combo.parse(c) for c in SHARDED_COMBOS] if combo.label == "sharded"
+                else [combo])
+    return out
 
 
 def interrupted(signum: int, frame: object) -> None:
@@ -753,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.layout:
         build_parser().error("--layout is required (or --summarize)")
     args.combos = args.combos or [Combo.parse(c) for c in (QUICK_COMBOS if args.quick else DEFAULT_COMBOS)]
+    args.combos = expanded(args.combos)
     args.out = args.out.resolve()
     suite = Suite(args)
     if args.dry_run:

@@ -70,3 +70,48 @@ def test_two_level_prices_both_levels():
     assert lossless > SHARDED["ring"].cost_rs(N, rows, WORK)  # the node level alone
     assert hier.cost_ag(64e6, rows, columns, WORK, INT8, SHARDED["ring"]) < hier.cost_ag(
         64e6, rows, columns, WORK, None, SHARDED["ring"])
+
+
+def test_explain_ranks_the_sharded_plans_auto_prices():
+    """zipcoll.explain(collective=...) with a topology and a profile (nothing collective):
+    every plan auto may run, cheapest first, the MPI library's own reduce-scatter only
+    without a codec, two-level plans where nodes hold several ranks."""
+    import zipcoll
+    from zipcoll.collectives.planning import Shape
+    from zipcoll.collectives.planning.sharded import predict_sharded, sharded_plans
+
+    shape = Shape(4, 2, 2)
+    for collective, kind in (("reduce_scatter", "reduce-scatter"), ("allgather", "all-gather")):
+        for codec in (None, "int8"):
+            ranking = zipcoll.explain(64 << 20, codec=codec, topology=shape, profile=ROUND,
+                                      collective=collective)
+            flat = None if codec is None else get_codec(codec)
+            plans = sharded_plans(kind, shape, flat)
+            assert len(ranking) == len(plans)
+            assert [s for s, _ in ranking] == sorted(s for s, _ in ranking)
+            assert min(predict_sharded(kind, s, i, 64 << 20, shape, ROUND, flat)
+                       for s, i in plans) == ranking[0][0]
+            assert any(p.algorithm == "hierarchical" for _, p in ranking)
+            natives = [p for _, p in ranking if p.algorithm == "native"]
+            assert bool(natives) == (codec is None or kind == "all-gather")
+            assert str(ranking).startswith(f"# {kind} of {64 << 20} bytes on 2 nodes x 2 ranks")
+    with pytest.raises(ValueError, match="unknown collective"):
+        zipcoll.explain(1 << 20, topology=shape, profile=ROUND, collective="alltoall")
+
+
+def test_slices_hide_the_codec_behind_a_slow_link():
+    """Across 1 Gbit/s, a large int8 reduce-scatter in slices is priced under the link
+    time plus all of its codec work, as it runs (the codec overlaps the wire)."""
+    from zipcoll.collectives.planning import Shape
+    from zipcoll.collectives.planning.sharded import predict_sharded
+
+    slow = Profile(INTRA, Link(50e-6, 8 / 1e9), Rate(10e9), step_overhead=0.0,
+                   call_overhead=0.0, codecs={"int8": CodecSpeed(Rate(1e9), Rate(2e9),
+                                                                 Rate(2e9))})
+    two = Span(2, 1, INTRA, slow.inter)
+    work = Work(slow, 4, "float32", 0.0)
+    ring = SHARDED["ring"]
+    unsliced = ring.cost_rs(64e6, two, work, INT8)
+    sliced = predict_sharded("reduce-scatter", ring, None, 64e6, Shape(2, 2, 1), slow, INT8)
+    assert sliced < unsliced
+

@@ -74,3 +74,61 @@ def test_auto_rows_are_bounded_by_the_plans_auto_ran():
     assert abs(record["combos"][1]["rows"][0]["wire_ms"] - lossless[0] * 1e3) < 1e-9
     assert suite.plan_of("hierarchical:ring + intra int8, inter int8") == PlanShape(
         "hierarchical", "ring", "int8", "int8")
+
+
+def test_sharded_combos_run_their_bench_beside_their_own_native():
+    """rs:/ag: combos: their bench, no time budget, a table of their own beside their
+    native, bounded by planning.sharded_bounds of the whole vector."""
+    suite = load_suite()
+    from zipcoll.collectives.planning import PlanShape, sharded_bounds
+    from zipcoll.topologies import Topology
+
+    rs, ag = suite.Combo.parse("rs:ring+int8"), suite.Combo.parse("ag:hierarchical:halving")
+    assert (rs.bench, rs.algorithm, rs.codec, rs.label) == ("reduce-scatter", "ring", "int8",
+                                                            "rs:ring+int8")
+    assert (ag.bench, ag.algorithm, ag.codec) == ("allgather", "hierarchical:halving", None)
+    assert suite.Combo.parse("hierarchical:ring+int8").bench == "allreduce"
+    segment = suite.Segment((MiB,), None, None, 1.0)
+    argv = suite.bench_argv(rs, segment, suite.Path("x.json"))
+    assert argv[:2] == ["zipcoll-bench", "reduce-scatter"] and "--time-budget" not in argv
+    assert "--time-budget" in suite.bench_argv(suite.Combo.parse("ring"), segment,
+                                               suite.Path("x.json"))
+    assert len(suite.expanded([suite.Combo.parse("sharded")])) == len(suite.SHARDED_COMBOS)
+
+    speeds = {"int8": {"encode": 1.0, "decode": 2.0, "decode_add": 2.0}}
+    rows = lambda: [dict(row(4 * MiB, 20), native_avg_us=80e3, speedup=4.0)]  # noqa: E731
+    record = {"rate": "1gbit", "ranks": 4, "ranks_per_node": 2, "codec_speeds": speeds,
+              "layout": "2x2", "description": "2 nodes x 2 ranks", "started": "t",
+              "load_average_start": "0 0 0", "combos": [
+                  {"combo": "ring", "collective": "allreduce", "algorithm": "ring",
+                   "codec": None, "rows": rows(), "runs": []},
+                  {"combo": "rs:ring+int8", "collective": "reduce-scatter", "algorithm": "ring",
+                   "codec": "int8", "rows": rows(), "runs": []},
+                  {"combo": "ag:ring+int8", "collective": "allgather", "algorithm": "ring",
+                   "codec": "int8", "rows": rows(), "runs": []}]}
+    suite.add_bounds(record)
+    topology = Topology.from_layout(4, 0, ranks_per_node=2)
+    rate = 1e9 / 8 * suite.FRAME_PAYLOAD
+    codec_speeds = {"int8": suite.CodecSpeed(suite.Rate(1e9), suite.Rate(2e9), suite.Rate(2e9))}
+    plan = PlanShape("ring", None, None, "int8")
+    for combo, whole in ((record["combos"][1], 4 * MiB), (record["combos"][2], 16 * MiB)):
+        kind = "reduce-scatter" if combo["collective"] == "reduce-scatter" else "all-gather"
+        wire, codec = sharded_bounds(kind, plan, whole, topology, rate, codec_speeds, 4)
+        assert abs(combo["rows"][0]["wire_ms"] - wire * 1e3) < 1e-9
+        assert abs(combo["rows"][0]["codec_ms"] - codec * 1e3) < 1e-9
+    text = suite.summary_text(record)
+    for heading, native in (("### allreduce", "MPI Allreduce"),
+                            ("### reduce-scatter", "MPI Reduce_scatter_block"),
+                            ("### allgather", "MPI Allgather")):
+        assert heading in text and f"| native ({native}) | 80.0 ms |" in text
+    assert "| rs:ring+int8 | 4.00x |" in text
+
+
+def test_an_allreduce_only_summary_has_no_collective_headings():
+    suite = load_suite()
+    record = {"rate": None, "ranks": 2, "ranks_per_node": 2, "layout": "1x2",
+              "description": "1 node", "started": "t", "load_average_start": "0 0 0",
+              "combos": [{"combo": "ring", "algorithm": "ring", "codec": None, "runs": [],
+                          "rows": [dict(row(4 * MiB, 20), native_avg_us=40e3, speedup=2.0)]}]}
+    text = suite.summary_text(record)
+    assert "###" not in text and "| native (MPI Allreduce) | 40.0 ms |" in text

@@ -3,9 +3,10 @@ mpi4py's own test suite), or DLPack claiming a CUDA device, through every entry 
 algorithm.
 
 zipcoll cannot compute on such memory, so a lossless call goes to the MPI library's own
-Allreduce, whatever algorithm was asked for (a drop-in is never worse than the call it
-replaces), and its result is MPI's bit for bit; a codec or op="mean" raises
-MissingDependencyError on every rank before any message moves.
+Allreduce (Reduce_scatter / Allgatherv for the sharded collectives), whatever algorithm
+was asked for (a drop-in is never worse than the call it replaces), and its result is
+MPI's bit for bit; a codec or op="mean" raises MissingDependencyError on every rank
+before any message moves.
 """
 from __future__ import annotations
 
@@ -119,6 +120,151 @@ def test_plan_says_why(comm):
     plan = make_plan(FakeCUDA(data), FakeCUDA(data.copy()), MPI.SUM, "ring", None, None,
                      Topology.from_comm(comm))
     assert plan.name == "native" and "without CuPy" in plan.reason
+
+
+# -- reduce-scatter and all-gather: the same path (MPI's own on the caller's memory) ------
+
+SHARDED_ALGORITHMS = [a for a in zipcoll.SHARDED_ALGORITHMS if a != "native"]
+
+
+def _rs(comm, send, recv, op, algorithm, counts):
+    zipcoll.reduce_scatter(send, recv, counts=counts, op=op, comm=comm, algorithm=algorithm)
+
+
+def _irs(comm, send, recv, op, algorithm, counts):
+    zipcoll.ireduce_scatter(send, recv, counts=counts, op=op, comm=comm,
+                            algorithm=algorithm).wait()
+
+
+def _Reduce_scatter(comm, send, recv, op, algorithm, counts):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Reduce_scatter(send, recv, counts, op)
+
+
+def _Ireduce_scatter(comm, send, recv, op, algorithm, counts):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Ireduce_scatter(send, recv, counts, op).Wait()
+
+
+def _ag(comm, send, recv, algorithm, counts):
+    zipcoll.allgather(send, recv, counts=counts, comm=comm, algorithm=algorithm)
+
+
+def _iag(comm, send, recv, algorithm, counts):
+    zipcoll.iallgather(send, recv, counts=counts, comm=comm, algorithm=algorithm).wait()
+
+
+def _Allgatherv(comm, send, recv, algorithm, counts):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Allgatherv(send, [recv, counts])
+
+
+def _Iallgatherv(comm, send, recv, algorithm, counts):
+    zipcoll.Intracomm(comm, algorithm=algorithm).Iallgatherv(send, [recv, counts]).Wait()
+
+
+def _uneven(p: int) -> list[int]:
+    return [0] + [5 * r + 3 for r in range(1, p)] if p > 1 else [4]
+
+
+@pytest.mark.parametrize("dtype, op", CASES, ids=[f"{d}-{o}" for d, o in CASES])
+@pytest.mark.parametrize("call", [_rs, _irs, _Reduce_scatter, _Ireduce_scatter],
+                         ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", SHARDED_ALGORITHMS)
+def test_reduce_scatter_equals_mpi(comm, algorithm, call, dtype, op):
+    """Uneven counts (a zero block among them), out of place and in place: MPI's bits,
+    the send buffer and the receive tail untouched."""
+    p, r = comm.size, comm.rank
+    counts = _uneven(p)
+    data = rank_data(dtype, sum(counts), r, op)
+    kept = data.copy()
+    want = np.zeros(counts[r], dtype)
+    comm.Reduce_scatter(data, want, counts, op=BY_NAME[op].mpi)
+    out = np.full(counts[r] + 2, 99, dtype)
+    # MPI's blocking and non-blocking reduce-scatters may sum floats in different orders
+    same = (np.testing.assert_array_equal if op != "sum" or data.dtype.kind in "iu" else
+            lambda got, ref: np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12))
+    call(comm, FakeCUDA(data), FakeCUDA(out[:counts[r]]), BY_NAME[op].mpi, algorithm, counts)
+    same(out[:counts[r]], want)
+    assert (out[counts[r]:] == 99).all() and np.array_equal(data, kept)
+    inplace = data.copy()
+    call(comm, MPI.IN_PLACE, FakeCUDA(inplace), BY_NAME[op].mpi, algorithm, counts)
+    same(inplace[:counts[r]], want)
+
+
+@pytest.mark.parametrize("call", [_ag, _iag, _Allgatherv, _Iallgatherv],
+                         ids=lambda f: f.__name__[1:])
+@pytest.mark.parametrize("algorithm", SHARDED_ALGORITHMS)
+def test_allgather_equals_mpi(comm, algorithm, call):
+    p, r = comm.size, comm.rank
+    counts = _uneven(p)
+    data = rank_data("float64", counts[r], r)
+    want = np.zeros(sum(counts))
+    comm.Allgatherv(data, [want, counts])
+    out = np.full(sum(counts), 99.0)
+    call(comm, FakeCUDA(data), FakeCUDA(out), algorithm, counts)
+    np.testing.assert_array_equal(out, want)
+    inplace = np.zeros(sum(counts))
+    inplace[sum(counts[:r]):sum(counts[:r + 1])] = data
+    call(comm, MPI.IN_PLACE, FakeCUDA(inplace), algorithm, counts)
+    np.testing.assert_array_equal(inplace, want)
+
+
+@pytest.mark.parametrize("algorithm", SHARDED_ALGORITHMS)
+def test_sharded_block_forms_and_dlpack(comm, algorithm):
+    """Reduce_scatter_block / Allgather (and their I-forms) with equal blocks, and DLPack
+    claiming a CUDA device."""
+    p, r = comm.size, comm.rank
+    x = rank_data("int16", 6 * p, r)
+    want = np.zeros(6, np.int16)
+    comm.Reduce_scatter_block(x, want)
+    gathered = np.concatenate([rank_data("int16", 6 * p, j)[:6] for j in range(p)])
+    ours = zipcoll.Intracomm(comm, algorithm=algorithm)
+    for make in (FakeCUDA, DLPackCUDA):
+        out = np.zeros(6, np.int16)
+        ours.Reduce_scatter_block(make(x), make(out))
+        np.testing.assert_array_equal(out, want)
+        out[:] = 0
+        ours.Ireduce_scatter_block(make(x), make(out)).Wait()
+        np.testing.assert_array_equal(out, want)
+        both = np.zeros(6 * p, np.int16)
+        ours.Allgather(make(x[:6].copy()), make(both))
+        np.testing.assert_array_equal(both, gathered)
+        both[:] = 0
+        ours.Iallgather(make(x[:6].copy()), make(both)).Wait()
+        np.testing.assert_array_equal(both, gathered)
+
+
+@pytest.mark.parametrize("kind", ["reduce-scatter", "all-gather"])
+@pytest.mark.parametrize("codec, op", [("int8", "sum"), ("fp16", "sum"), (None, "mean")])
+@pytest.mark.parametrize("algorithm", SHARDED_ALGORITHMS)
+def test_sharded_computing_on_the_device_needs_cupy(comm, algorithm, codec, op, kind):
+    """A codec (or mean) on memory zipcoll cannot compute on: every rank raises before a
+    message moves, the buffers untouched; the communicator still works after."""
+    if kind == "all-gather" and codec is None:
+        pytest.skip("an all-gather has no op")
+    p = comm.size
+    data = rank_data("float32", 4 * p, comm.rank)
+    out = np.full(4 if kind == "reduce-scatter" else 4 * p * p, 5, np.float32)
+    with pytest.raises(zipcoll.MissingDependencyError, match=r"zipcoll\[cuda12\]"):
+        if kind == "reduce-scatter":
+            zipcoll.reduce_scatter(FakeCUDA(data), FakeCUDA(out), op=op, comm=comm,
+                                   algorithm=algorithm, codec=codec)
+        else:
+            zipcoll.allgather(FakeCUDA(data), FakeCUDA(out), comm=comm, algorithm=algorithm,
+                              codec=codec)
+    assert (out == 5).all()
+    request = zipcoll.ireduce_scatter(FakeCUDA(data), FakeCUDA(out[:4]), comm=comm,
+                                      algorithm=algorithm)
+    request.wait()
+    assert request.plan.schedule.name == "native"  # MPI's own, whatever was asked for
+    want = np.zeros(4, np.float32)
+    comm.Reduce_scatter_block(data, want)
+    np.testing.assert_array_equal(out[:4], want)
+
+
+def test_sharded_new_result_needs_cupy(comm):
+    with pytest.raises(zipcoll.MissingDependencyError, match="no recvbuf"):
+        zipcoll.reduce_scatter(FakeCUDA(np.ones(4 * comm.size)), comm=comm, algorithm="ring")
+    with pytest.raises(zipcoll.MissingDependencyError, match="no recvbuf"):
+        zipcoll.allgather(FakeCUDA(np.ones(4)), comm=comm, algorithm="ring")
 
 
 # -- on a real GPU, with CuPy (benchmarks/gpu_check.sh runs these: pytest -m gpu) ----------

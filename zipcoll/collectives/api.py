@@ -33,7 +33,9 @@ from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
-from zipcoll.collectives.planning.explain import Ranking, codec_not_applied, ranking, shared_profile
+from zipcoll.collectives.planning.explain import (Ranking, codec_not_applied, ranking,
+                                                  shared_profile, sharded_ranking)
+from zipcoll.collectives.planning.sharded import collective_kind
 from zipcoll.collectives.planning.profile import Profile
 
 
@@ -128,7 +130,8 @@ def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:
 
 def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,
             topology: Any = None, dtype: str = "float32", op: str = "sum",
-            profile: Profile | str | None = None, native: bool = True) -> Ranking:
+            profile: Profile | str | None = None, native: bool = True,
+            collective: str = "allreduce") -> Ranking:
     """Every plan an all-reduce of ``nbytes`` could run on ``comm``, cheapest first.
 
     The topology and profile are the ones ``auto`` prices with on ``comm`` (its context's:
@@ -140,17 +143,26 @@ def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,
     MPI library's own op, as ``auto`` does for an op and dtype on which it differs from
     zipcoll's (``collectives.ops.native_agrees``).
 
+    ``collective="reduce_scatter"`` or ``"allgather"``: the plans of that collective
+    instead (``nbytes``: the whole vector, every rank's blocks together), priced as its
+    ``auto`` prices them (no online tuning there: predictions only).
+
     >>> print(zipcoll.explain(64 << 20, comm=MPI.COMM_WORLD, codec="int8"))  # doctest: +SKIP
+    >>> zipcoll.explain(64 << 20, codec="int8", collective="reduce_scatter").best  # doctest: +SKIP
     """
+    kind = None if collective in ("allreduce", "all-reduce") else collective_kind(collective)
     comm = MPI.COMM_WORLD if comm is None else comm
     measured = None
     if topology is None or profile is None:
         ctx = context_for(comm)
         topology = ctx.topology if topology is None else topology
-        measured = ctx.tuner.measured_for(nbytes, topology, codec, dtype, op, native)
+        if kind is None:
+            measured = ctx.tuner.measured_for(nbytes, topology, codec, dtype, op, native)
         profile = ctx.selector.profile if profile is None else profile
     if not isinstance(profile, Profile):
         profile = shared_profile(comm, profile)
+    if kind is not None:
+        return sharded_ranking(kind, nbytes, topology, profile, codec, dtype, native)
     return ranking(nbytes, topology, profile, codec, dtype, op, native, measured)
 
 

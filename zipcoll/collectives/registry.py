@@ -145,6 +145,10 @@ class ShardSchedule(_Carries):
     pair of encodings (level 1 lossless, level 2 the codec's) for `enc`.
     `cost_rs` / `cost_ag`: ``(n bytes of the whole vector, span, work, codec) -> seconds``
     (two-level: ``(n, rows, columns, work, codec)``, rows the node level).
+    `sliced`: its steps take any block bounds (each block a range of `work` / `buf`, in
+    any order, gaps between them), so a call runs in slices side by side, slice i on
+    part i of every block (`slicing.sharded_slicing`); false where a step sends a span
+    of several blocks as one message.
     The other fields are `_Carries`'s.
     """
 
@@ -154,6 +158,7 @@ class ShardSchedule(_Carries):
     summary: str
     cost_rs: Callable[..., float] | None = None
     cost_ag: Callable[..., float] | None = None
+    sliced: bool = False
 
     def accepts(self, codec: Any, collective: str) -> bool:
         """Whether this schedule's `collective` ("reduce-scatter"/"all-gather") can carry `codec`

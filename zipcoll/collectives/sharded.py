@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -36,19 +36,18 @@ from zipcoll.collectives.encoding import Encoder
 from zipcoll.collectives.ops import BFLOAT16, BY_NAME, ReduceOp, check_supported, kind_of, \
     lookup, native_agrees, op_code
 from zipcoll.collectives.plan import _check_compressible, _check_key, _codec, _feedback_as_key
-from zipcoll.collectives.planning.model import Shape, Work
-from zipcoll.collectives.planning import plans
-from zipcoll.collectives.planning.plans import flat_span
+from zipcoll.collectives.planning.sharded import (ALLGATHER, REDUCE_SCATTER, predict_sharded,
+                                                  sharded_plans)
 from zipcoll.collectives.progress import Request, check_threads
 from zipcoll.collectives.registry import SHARDED, ShardSchedule
-from zipcoll.collectives.schedule import Steps
+from zipcoll.collectives.schedule import Steps, pipelined
 from zipcoll.collectives.schedules.sharded.hierarchical import rank_grid
+from zipcoll.collectives.slicing import sharded_slicing
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels
 from zipcoll.failures import abort_on_error
 from zipcoll.topologies import Topology
 
-REDUCE_SCATTER, ALLGATHER = "reduce-scatter", "all-gather"
 SUM = BY_NAME["sum"]
 
 
@@ -317,40 +316,22 @@ def _checked_recv(kind: str, send: Buffer | None, recv: Buffer | None, counts: l
 
 
 def _auto(plan: ShardPlan, size: int, ctx: Context) -> tuple[ShardSchedule, ShardSchedule | None]:
-    """algorithm="auto": (schedule, inner) of the least cost by the schedules' own formulas:
-    every flat one, and every two-level one over each flat inner one where the layout
-    splits (the MPI library's own only where its op gives zipcoll's answer, so the answer
-    never depends on the size)."""
-    profile = ctx.selector.profile
-    shape = Shape.of(plan.topology)
-    span = flat_span(shape, profile)
-    dtype = plan.work_dtype
-    work = Work(profile, dtype.itemsize, dtype.name, profile.step_overhead)
-    n = float(plan.total * dtype.itemsize)
+    """algorithm="auto": (schedule, inner) of the least cost by the schedules' own formulas
+    in slices as they run (`planning.sharded`, what ``zipcoll.explain(...,
+    collective=...)`` ranks): every flat one, and every two-level one over each flat inner
+    one where the layout splits (the MPI library's own only where its op gives zipcoll's
+    answer, so the answer never depends on the size)."""
     native_ok = (plan.kind == ALLGATHER or plan.dtype != BFLOAT16
                  and native_agrees(plan.op, plan.work_dtype))
     if size == 1:  # a copy
         return SHARDED["native" if native_ok else "ring"], None
-    rs = plan.kind == REDUCE_SCATTER
-    flat = [s for s in SHARDED.values() if not s.two_level and (native_ok or not s.native)]
-    priced = []
-    for schedule in flat:
-        if plan.codec is None or schedule.accepts(plan.codec, plan.kind):
-            cost = schedule.cost_rs if rs else schedule.cost_ag
-            priced.append((cost(n, span, work, plan.codec)
-                           + (0 if schedule.native else profile.call_overhead), schedule, None))
-    for schedule in SHARDED.values():
-        found = plans.levels(schedule, plan.topology) if schedule.two_level else None
-        if found is None or plan.topology.num_nodes < 2 or plan.topology.local_size < 2:
-            continue
-        rows, columns = found.spans(profile)
-        for inner in flat:
-            if inner.native or plan.codec is not None and not inner.accepts(plan.codec,
-                                                                           plan.kind):
-                continue
-            cost = schedule.cost_rs if rs else schedule.cost_ag
-            priced.append((cost(n, rows, columns, work, plan.codec, inner)
-                           + profile.call_overhead, schedule, inner))
+    dtype = plan.work_dtype.name
+    n = float(plan.total * plan.work_dtype.itemsize)
+    profile = ctx.selector.profile
+    priced = [(predict_sharded(plan.kind, schedule, inner, n, plan.topology, profile,
+                               plan.codec, dtype), schedule, inner)
+              for schedule, inner in sharded_plans(plan.kind, plan.topology, plan.codec,
+                                                   native_ok)]
     if not priced:
         raise ValueError(f"no {plan.kind} schedule can carry codec {plan.codec.codec_id!r}")
     _, schedule, inner = min(priced, key=lambda row: row[0])
@@ -403,44 +384,70 @@ def _steps(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
     return _allgather(t, plan, tag)
 
 
-def _encoding(plan: ShardPlan, rank: int, tag: int, size: int, lossless: bool = False) -> Encoding:
+def _encoding(plan: ShardPlan, rank: int, tag: int, size: int, lossless: bool = False,
+              scope: str = "", own_exact: bool = False) -> Encoding:
     """Lossless(op) without a codec (or where `lossless`: a two-level schedule's node level);
-    else the codec, error feedback under (key, "rs" or "ag")."""
+    else the codec, error feedback under (key, "rs" or "ag"), its encode sites under
+    `scope` (a slice's); `own_exact`: an all-gather whose owner keeps its block exact."""
     if plan.codec is None or lossless:
         return Lossless(plan.op, plan.work_dtype)
     level = "rs" if plan.kind == REDUCE_SCATTER else "ag"
     key = None if plan.key is None else (plan.key, level)
     context = (plan.kind, plan.name, tuple(plan.counts), plan.work_dtype.str, size)
-    return Compressed(Encoder(plan.codec, rank=rank, call=tag, key=key, context=context),
-                      plan.work_dtype)
+    encoder = Encoder(plan.codec, rank=rank, call=tag, key=key, context=context, prefix=scope)
+    return (OwnExact if own_exact else Compressed)(encoder, plan.work_dtype)
+
+
+class OwnExact(Compressed):
+    """A flat all-gather's encoding: the owner encodes its block once and keeps it as it
+    is (every other rank decodes the same bytes), so nothing is copied aside and back."""
+
+    def settle(self, chunk: Any, site: str, slot: Any) -> Any:
+        return self.encoder.encode(chunk, site, out=slot)
 
 
 def _reduce_scatter(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
-    """The schedule on a private copy (partial sums live there), then the block out."""
+    """The schedule on a private copy (partial sums live there, in scratch kept between
+    calls), each slice's part of the own block out as soon as that slice is done (in
+    place: once every slice is, as the input is read until then)."""
     source = (plan.send or plan.recv).array[:plan.total]
-    work = np.empty(plan.total, plan.work_dtype)
+    scratch = t.borrow(plan.total, plan.work_dtype)
+    work = scratch.array
     if plan.dtype == BFLOAT16:
         widen_bfloat16(source, work)
         source = None
-    yield from _run(t, plan, work, tag, source)
-    result = work[slice(*plan.blocks[t.rank])]
-    if plan.mean:
-        result /= t.size
-    out = plan.recv.array[:result.size]
-    if plan.dtype == BFLOAT16:
-        round_to_bfloat16(result, out)
-    else:
-        out[...] = result
+    start = plan.blocks[t.rank][0]
+    out = plan.recv.array
+
+    def done(lo: int, hi: int) -> None:
+        result = work[lo:hi]
+        if plan.mean:
+            result /= t.size
+        if plan.dtype == BFLOAT16:
+            round_to_bfloat16(result, out[lo - start:hi - start])
+        else:
+            out[lo - start:hi - start] = result
+
+    try:
+        if plan.send is None and source is not None:
+            yield from _run(t, plan, work, tag, source)
+            done(*plan.blocks[t.rank])
+        else:
+            yield from _run(t, plan, work, tag, source, after=done)
+    finally:
+        t.give_back(scratch)
 
 
 def _allgather(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
-    """The schedule on the receive buffer, this rank's block copied in first. bfloat16
-    with a codec: on a float32 copy (what the codecs take), rounded once at the end."""
+    """The schedule on the receive buffer, each slice's part of this rank's block copied
+    in as that slice starts. bfloat16 with a codec: on a float32 copy (what the codecs
+    take), rounded once at the end."""
     buf = plan.recv.array[:plan.total]
-    mine = slice(*plan.blocks[t.rank])
+    start = plan.blocks[t.rank][0]
     sent = None if plan.send is None else plan.send.array[:plan.counts[t.rank]]
     if plan.dtype == BFLOAT16 and plan.codec is not None:
         work = np.empty(plan.total, np.float32)
+        mine = slice(*plan.blocks[t.rank])
         widen_bfloat16(buf[mine] if sent is None else sent, work[mine])
         yield from _gathered(t, plan, work, tag)
         round_to_bfloat16(work, buf)  # exact for the own block: it came from bfloat16
@@ -448,46 +455,108 @@ def _allgather(t: transport.Transport, plan: ShardPlan, tag: int) -> Steps:
     if plan.dtype == BFLOAT16:  # lossless: its bits (MPI has no bfloat16 type)
         buf = buf.view(np.uint16)
         sent = None if sent is None else sent.view(np.uint16)
-    if sent is not None:
-        buf[mine] = sent
-    yield from _gathered(t, plan, buf, tag)
+
+    def copy_in(lo: int, hi: int) -> None:
+        buf[lo:hi] = sent[lo - start:hi - start]
+
+    yield from _gathered(t, plan, buf, tag, None if sent is None else copy_in)
 
 
-def _gathered(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int) -> Steps:
-    """The plan's all-gather on `buf`, whose own block is in place; with a codec the owner
-    keeps that block exact (the others hold its decoding, alike on every rank)."""
-    own = buf[slice(*plan.blocks[t.rank])]
-    exact = own.copy() if plan.codec is not None else None
+def _gathered(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int,
+              before: Callable | None = None) -> Steps:
+    """The plan's all-gather on `buf` (`before` puts each slice's part of the own block in
+    place); with a codec the owner keeps that block exact, the others hold its decoding,
+    alike on every rank: flat schedules and MPI's own never decode it, a two-level one
+    decodes it for the node and puts it back."""
     if plan.schedule.native:
+        if before is not None:
+            before(*plan.blocks[t.rank])
         enc = None if plan.codec is None else _encoding(plan, t.rank, tag, t.size)
         yield from plan.schedule.allgather(t, MPI.IN_PLACE, buf, plan.counts, enc, np)
-    else:
-        yield from _run(t, plan, buf, tag)
-    if exact is not None:
-        own[...] = exact
+        return
+    if plan.codec is None or not plan.schedule.two_level:
+        yield from _run(t, plan, buf, tag, before=before)
+        return
+    kept: dict = {}
+
+    def keep(lo: int, hi: int) -> None:
+        if before is not None:
+            before(lo, hi)
+        kept[lo] = buf[lo:hi].copy()
+
+    def put_back(lo: int, hi: int) -> None:
+        buf[lo:hi] = kept.pop(lo)
+
+    yield from _run(t, plan, buf, tag, before=keep, after=put_back)
 
 
-def _run(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int, send: Any = None) -> Steps:
-    """The plan's schedule on `buf` (flat: over t; two-level: over t's levels)."""
+def _run(t: transport.Transport, plan: ShardPlan, buf: Any, tag: int, send: Any = None,
+         before: Callable | None = None, after: Callable | None = None) -> Steps:
+    """The plan's schedule on `buf` (flat: over t; two-level: over t's levels), in slices
+    side by side (`slicing.sharded_slicing`): slice i runs on part i of every block, with
+    tag + i and encode sites of its own ("slice3/..."), so slices in flight never match
+    each other's messages and error feedback keeps a residual per slice. `before` and
+    `after` get (lo, hi), the slice's part of this rank's block, around its steps."""
+    nbytes = plan.total * plan.work_dtype.itemsize
+    ratio = 1.0
+    if plan.codec is not None and nbytes:
+        ratio = nbytes / max(1, plan.codec.wire_bytes(plan.total, plan.work_dtype.name))
+    cut = sharded_slicing(plan.schedule, nbytes, t.size, plan.topology.num_nodes, ratio)
+    if cut.slices == 1:
+        return _slice_steps(t, plan, buf, tag, tag, plan.blocks, "", send, before, after)
+    runs = (_slice_steps(t, plan, buf, tag, tag + i, part, f"slice{i}/", send, before, after)
+            for i, part in enumerate(_parts(plan.blocks, cut.slices, _group(plan.codec))))
+    return pipelined(runs, cut.window)
+
+
+def _parts(blocks: list, slices: int, align: int = 1) -> list[list[tuple[int, int]]]:
+    """Each slice's blocks: part i of every block, cut at multiples of `align` items from
+    the block's start (a block codec's groups: each is encoded as the unsliced call
+    would, so its error bound is the codec's on the whole block)."""
+    def cuts(n: int) -> list[int]:
+        return [min(n, -(-(n * i // slices) // align) * align) for i in range(slices + 1)]
+
+    edges = [cuts(hi - lo) for lo, hi in blocks]
+    return [[(lo + e[i], lo + e[i + 1]) for (lo, _), e in zip(blocks, edges)]
+            for i in range(slices)]
+
+
+def _group(codec: Codec | None) -> int:
+    """Items a codec encodes together (its `block`; 1 for element-wise ones)."""
+    block = getattr(codec, "block", None)
+    return block if isinstance(block, int) and block > 0 else 1
+
+
+def _slice_steps(t: transport.Transport, plan: ShardPlan, buf: Any, call_tag: int, tag: int,
+                 blocks: list, scope: str, send: Any, before: Callable | None,
+                 after: Callable | None) -> Steps:
+    """One slice: the schedule over `blocks` of `buf`, with `tag`."""
     rs, schedule = plan.kind == REDUCE_SCATTER, plan.schedule
+    if before is not None:
+        before(*blocks[t.rank])
     if rs or plan.dtype != BFLOAT16 or plan.codec is not None:
-        enc: Encoding = _encoding(plan, t.rank, tag, t.size)
+        flat_gather = not rs and not schedule.two_level
+        enc: Encoding = _encoding(plan, t.rank, call_tag, t.size, scope=scope,
+                                  own_exact=flat_gather)
     else:
         enc = Lossless(BY_NAME["bor"], np.uint16)  # bfloat16 gathered as its bits
     if not schedule.two_level:
         run = schedule.reduce_scatter if rs else schedule.allgather
-        yield from (run(t, buf, plan.blocks, enc, tag, np, send=send) if rs
-                    else run(t, buf, plan.blocks, enc, tag, np))
-        return
-    levels = Levels(*t.split(_layout(plan), schedule.split(plan.topology)))
-    encs = (_encoding(plan, t.rank, tag, t.size, lossless=True) if enc.lossy else enc, enc)
-    grid = rank_grid(tuple(tuple(node) for node in plan.topology.nodes))
-    if rs:
-        yield from schedule.reduce_scatter(levels, buf, plan.blocks, encs, tag, np, send=send,
-                                           inner=plan.inner, grid=grid)
+        yield from (run(t, buf, blocks, enc, tag, np, send=send) if rs
+                    else run(t, buf, blocks, enc, tag, np))
     else:
-        yield from schedule.allgather(levels, buf, plan.blocks, encs, tag, np,
-                                      inner=plan.inner, grid=grid)
+        levels = Levels(*t.split(_layout(plan), schedule.split(plan.topology)))
+        encs = (_encoding(plan, t.rank, call_tag, t.size, lossless=True) if enc.lossy
+                else enc, enc)
+        grid = rank_grid(tuple(tuple(node) for node in plan.topology.nodes))
+        if rs:
+            yield from schedule.reduce_scatter(levels, buf, blocks, encs, tag, np, send=send,
+                                               inner=plan.inner, grid=grid)
+        else:
+            yield from schedule.allgather(levels, buf, blocks, encs, tag, np,
+                                          inner=plan.inner, grid=grid)
+    if after is not None:
+        after(*blocks[t.rank])
 
 
 def _layout(plan: ShardPlan) -> tuple:

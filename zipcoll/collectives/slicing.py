@@ -93,3 +93,29 @@ def slicing_of(plan: Any) -> Slicing:
         wire = int(nbytes / ratio / slices)
     in_flight = IN_FLIGHT_BYTES // max(1, wire)
     return Slicing(slices, max(1, min(chosen.pipeline_window, in_flight)))
+
+
+def sharded_slicing(schedule: Any, nbytes: int, ranks: int, nodes: int,
+                    ratio: float = 1.0) -> Slicing:
+    """How a reduce-scatter / all-gather of `nbytes` (the whole vector) is cut into slices,
+    slice i taking part i of every rank's block; the rule of `slicing_of`, per schedule:
+
+    - MPI's own, or a schedule whose steps need the blocks side by side (halving's spans
+      of several blocks; `ShardSchedule.sliced` false): one slice.
+    - two-level: slices of about ZIPCOLL_SLICE_BYTES.
+    - flat, across nodes: `flat_slices` (one on one node).
+
+    In flight: at most ZIPCOLL_PIPELINE_WINDOW slices, and IN_FLIGHT_BYTES of their wire bytes.
+    """
+    if schedule.native or not schedule.sliced:
+        return Slicing()
+    if schedule.two_level:
+        slices = slice_count(nbytes)
+        wire = nbytes // slices
+    else:
+        slices = flat_slices(nbytes, ranks, nodes, ratio)
+        wire = int(nbytes / ratio / slices)
+    if slices == 1:
+        return Slicing()
+    in_flight = IN_FLIGHT_BYTES // max(1, wire)
+    return Slicing(slices, max(1, min(settings.get().pipeline_window, in_flight)))

@@ -3,6 +3,7 @@
     >>> ranking = zipcoll.explain(64 << 20, comm=MPI.COMM_WORLD, codec="int8")
     >>> print(ranking)              # every plan, cheapest first, with predicted times
     >>> ranking.best                # PlanShape('hierarchical', 'ring', None, 'int8')
+    >>> zipcoll.explain(64 << 20, codec="int8", collective="reduce_scatter")  # its plans
 
 Every rank must get the same answer (all ranks must run the same schedule), so the
 profile is rank 0's: ``shared_profile(comm)`` loads it on every rank (the ``profile``
@@ -22,6 +23,7 @@ from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
 from zipcoll.collectives.planning.profile import (Link, Profile, ProfileError, load_profile,
                                                   profile_source)
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket
+from zipcoll.collectives.planning.sharded import rank_sharded
 from zipcoll.transport import allgather_objects, bcast_object
 
 
@@ -30,8 +32,10 @@ class Ranking(list):
     the topology and the profile priced, marking plans whose codec is never applied."""
 
     def __init__(self, items, nbytes: int, source: str, topology: Any = None,
-                 profile: Profile | None = None, measured: Mapping | None = None):
+                 profile: Profile | None = None, measured: Mapping | None = None,
+                 collective: str = "all-reduce"):
         super().__init__(items)
+        self.collective = collective
         self.nbytes = nbytes
         self.source = source
         self.topology = topology
@@ -45,15 +49,17 @@ class Ranking(list):
         return self[0][1]
 
     def __str__(self) -> str:
-        lines = [f"# {self.nbytes} bytes on {layout(self.topology)}" if self.topology
-                 else f"# {self.nbytes} bytes",
+        what = "" if self.collective == "all-reduce" else f"{self.collective} of "
+        lines = [f"# {what}{self.nbytes} bytes on {layout(self.topology)}" if self.topology
+                 else f"# {what}{self.nbytes} bytes",
                  f"# profile: {self.source}" + (f"; {rates(self.profile)}" if self.profile else ""),
                  f"{'predicted':>12}  {'vs best':>8}  "
                  + (f"{'measured':>12} {'calls':>5}  " if self.measured else "") + "plan"]
         best = self[0][0] if self else 0.0
         for seconds, plan in self:
             ratio = f"{seconds / best:>7.2f}x" if best > 0 else f"{'-':>8}"
-            idle = self.topology is not None and codec_idle(plan, self.topology)
+            idle = (self.collective == "all-reduce" and self.topology is not None
+                    and codec_idle(plan, self.topology))
             mark = "  (codec not applied: its level has one rank)" if idle else ""
             timed = ""
             if self.measured:
@@ -135,3 +141,12 @@ def ranking(nbytes: int, topology: Any, profile: Profile, codec: Any = None,
     ``measured``: what online tuning timed (PlanShape -> (seconds, calls)), shown beside."""
     ranked = rank_plans(nbytes, topology, profile, codec, dtype, op, native)
     return Ranking(ranked, nbytes, profile.source, topology, profile, measured)
+
+
+def sharded_ranking(kind: str, nbytes: int, topology: Any, profile: Profile, codec: Any = None,
+                    dtype: str = "float32", native: bool = True) -> Ranking:
+    """Every plan a reduce-scatter or all-gather (`kind`) of ``nbytes`` (the whole vector)
+    could run on ``topology``, cheapest first, as its ``auto`` prices them
+    (``planning.sharded``): the first is what ``auto`` runs."""
+    ranked = rank_sharded(kind, nbytes, topology, profile, codec, dtype, native)
+    return Ranking(ranked, nbytes, profile.source, topology, profile, collective=kind)

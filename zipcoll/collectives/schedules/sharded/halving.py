@@ -90,9 +90,9 @@ def doubling_allgather(t: Transport, buf: Any, blocks: list, enc: Encoding, tag:
         bounds = list(zip(starts[:-1], starts[1:]))
         slots = Slots(t, 1, starts[-1], xp)
         wire = slots[0][:starts[-1]]
-        _pack_into(enc, buf[slice(*blocks[r])], wire[slice(*bounds[r])], xp)
-        # the owner's block becomes what every other rank decodes (as the ring's settle)
-        enc.unpack(wire[slice(*bounds[r])], buf[slice(*blocks[r])])
+        # the owner's block settled as the ring's: encoded once into its place, kept as
+        # the others will decode it (or exact, where the encoding keeps the owner's own)
+        _settle_into(enc, buf[slice(*blocks[r])], wire[slice(*bounds[r])], xp)
     else:
         wire, bounds = buf, blocks
     try:
@@ -123,9 +123,9 @@ def doubling_allgather(t: Transport, buf: Any, blocks: list, enc: Encoding, tag:
             slots.give_back()
 
 
-def _pack_into(enc: Encoding, chunk: Any, region: Any, xp: Any) -> None:
-    """Encode `chunk` into `region` (its payload's exact place in the gathered bytes)."""
-    payload = enc.pack(chunk, "doubling/own", region)
+def _settle_into(enc: Encoding, chunk: Any, region: Any, xp: Any) -> None:
+    """Settle `chunk` into `region` (its payload's exact place in the gathered bytes)."""
+    payload = enc.settle(chunk, "doubling/own", region)
     if not getattr(xp, "shares_memory", np.shares_memory)(payload, region):
         region[...] = payload
 

@@ -72,7 +72,7 @@ def hierarchical_reduce_scatter(levels: Levels, work: Any, blocks: list,
     """Block g (this rank's) of `work` reduced over every rank at the end."""
     order, groups, members = regrouped(blocks, grid)
     source = work if send is None else send
-    staged = xp.empty_like(work)
+    staged = xp.empty(_held(blocks), work.dtype)
     _gather(staged, source, blocks, order)
     yield from ring_reduce_scatter(levels.intra, staged, groups, encs[0], tag, xp)
     group = staged[slice(*groups[levels.intra.rank])]
@@ -88,13 +88,18 @@ def hierarchical_allgather(levels: Levels, buf: Any, blocks: list,
                            inner: Any = None, grid: tuple = ()) -> Steps:
     """Every rank's block of `buf` on every rank at the end."""
     order, groups, members = regrouped(blocks, grid)
-    staged = xp.empty_like(buf)
+    staged = xp.empty(_held(blocks), buf.dtype)
     l, k = levels.intra.rank, levels.inter.rank
     group = staged[slice(*groups[l])]
     group[slice(*members[l][k])] = buf[slice(*blocks[grid[k][l]])]
     yield from inner.allgather(levels.inter, group, members[l], encs[1], tag, xp)
     yield from ring_allgather(levels.intra, staged, groups, encs[0], tag, xp)
     _scatter(buf, staged, blocks, order)
+
+
+def _held(blocks: list) -> int:
+    """Items of every block: the regrouped vector (the blocks may be a slice's parts)."""
+    return sum(hi - lo for lo, hi in blocks)
 
 
 def _gather(staged: Any, source: Any, blocks: list, order: list) -> None:
@@ -133,4 +138,4 @@ register_sharded(ShardSchedule(
     "hierarchical", hierarchical_reduce_scatter, hierarchical_allgather, "lossless ring "
     "inside each node, the inner schedule compressed across nodes on 1/L of the vector; "
     "fast nodes, slow network", per_hop=True, two_level=True, split=node_levels,
-    cost_rs=hierarchical_rs_cost, cost_ag=hierarchical_ag_cost))
+    cost_rs=hierarchical_rs_cost, cost_ag=hierarchical_ag_cost, sliced=True))

@@ -2,8 +2,9 @@
 
 The very loops of `schedules/ring.py` (one copy of each): the ring's reduce-scatter leaves
 chunk (r + 1) mod p complete on rank r, so the blocks are handed to it rotated by one,
-and rank r ends with its own block r. Any block sizes (0 and uneven included): each
-step moves one block, the same one on sender and receiver.
+and rank r ends with its own block r. Any block sizes (0 and uneven included), anywhere
+in the buffer (so a call runs in slices, each on a part of every block): each step moves
+one block, the same one on sender and receiver.
 
     reduce-scatter:  p-1 steps of one block, reduced (compressed: decoded, added and
                      re-encoded at every hop)
@@ -80,4 +81,5 @@ def _moves(n: float, span: Span, work: Work, codec: Codec | None) -> tuple[int, 
 
 register_sharded(ShardSchedule(
     "ring", ring_reduce_scatter, ring_allgather, "p-1 steps of one block each way; large "
-    "messages, bandwidth-optimal", per_hop=True, cost_rs=ring_rs_cost, cost_ag=ring_ag_cost))
+    "messages, bandwidth-optimal", per_hop=True, cost_rs=ring_rs_cost, cost_ag=ring_ag_cost,
+    sliced=True))
