@@ -110,7 +110,8 @@ def step_time_report(data: dict, path: Path) -> str:
     how = (f"sharded by FSDP2 (each Linear layer and the model `fully_shard`ed, "
            f"{_layout(meta)}). Communication is the step less compute (FSDP's copies in and "
            f"out of its flat buffers included); in the collectives, the time in zipcoll's "
-           f"reduce-scatters and all-gathers, forward's and backward's." if fsdp else
+           f"reduce-scatters and all-gathers, forward's and backward's; bytes, what zipcoll "
+           f"hands MPI (weights on gloo: the reduce-scatters' alone)." if fsdp else
            f"DDP's gradient_as_bucket_view: {a.get('bucket_view', False)}.")
     lines = ["# FSDP2 training step time: FSDP's own collectives (gloo) against zipcoll's"
              if fsdp else "# Training step time: DDP's own all-reduce against zipcoll's hook", "",
