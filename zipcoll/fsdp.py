@@ -31,6 +31,7 @@ The calls are blocking (FSDP on CPU waits for them at once); the MPI communicato
 must be the process group's (`init_process_group` makes them so).
 """
 import itertools
+import time
 from typing import Any
 
 import torch
@@ -63,7 +64,7 @@ class ZipcollReduceScatter(_Alloc, ReduceScatter):
 
     def __init__(self, codec: Any, algorithm: str, comm: MPI.Intracomm, key: Any):
         self.codec, self.algorithm, self.comm, self.key = codec, algorithm, comm, key
-        self.calls = 0
+        self.calls, self.seconds = 0, 0.0
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                  group: dist.ProcessGroup, op: Any, async_op: bool = False) -> None:
@@ -76,9 +77,11 @@ class ZipcollReduceScatter(_Alloc, ReduceScatter):
             raise ValueError(f"zipcoll's FSDP reduce-scatter takes SUM and AVG, not {op} "
                              "(a gradient_divide_factor FSDP cannot fold into AVG)")
         self.calls += 1
+        start = time.perf_counter()
         reduce_scatter(input_tensor.detach(), output_tensor.detach(), op=how,
                        codec=self.codec, key=None if self.codec is None else self.key,
                        algorithm=self.algorithm, comm=self.comm)
+        self.seconds += time.perf_counter() - start
         return None
 
 
@@ -88,7 +91,7 @@ class ZipcollAllGather(_Alloc, AllGather):
 
     def __init__(self, codec: Any, algorithm: str, comm: MPI.Intracomm):
         self.codec, self.algorithm, self.comm = codec, algorithm, comm
-        self.calls = 0
+        self.calls, self.seconds = 0, 0.0
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                  group: dist.ProcessGroup, async_op: bool = False) -> None:
@@ -98,7 +101,9 @@ class ZipcollAllGather(_Alloc, AllGather):
         codec = self.codec if mine.is_floating_point() else None  # uint8: mixed dtypes
         self.calls += 1
         sendbuf = MPI.IN_PLACE if mine.data_ptr() == where else mine
+        start = time.perf_counter()
         allgather(sendbuf, out, codec=codec, algorithm=self.algorithm, comm=self.comm)
+        self.seconds += time.perf_counter() - start
         return None
 
 
@@ -106,7 +111,8 @@ def fsdp_collectives(model: torch.nn.Module, gradients: Any = "int8", weights: A
                      algorithm: str = "auto", comm: MPI.Intracomm | None = None) -> dict:
     """Make every FSDP module of `model` reduce-scatter its gradients (and with `weights`,
     all-gather its parameters) through zipcoll; returns {module name: (reduce-scatter,
-    all-gather or None)}, the collectives set (their `calls` count what ran).
+    all-gather or None)}, the collectives set (their `calls` count what ran, `seconds`
+    how long it took).
 
     Call it after `fully_shard`, on every rank. ValueError if `model` holds no FSDP module.
     """

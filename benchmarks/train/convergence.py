@@ -21,6 +21,19 @@ excluded.
     flock /tmp/zipcoll-heavy.lock mpiexec -n 4 .venv/bin/python benchmarks/train/convergence.py \\
         --out benchmarks/results/train/convergence.json
     .venv/bin/python benchmarks/train/report.py benchmarks/results/train/convergence.json
+
+`--fsdp`: the same tasks, models and steps sharded with PyTorch FSDP2 instead (each Linear
+layer its own FSDP module, then the model; FSDP_CONFIGS): FSDP's own collectives on gloo,
+and zipcoll's reduce-scatter and all-gather (`zipcoll.torch.fsdp_collectives`). Every
+zipcoll config routes the weights' all-gather through zipcoll too (lossless unless the
+config compresses it), so the bytes counted are all the step sends; the all-gathers of
+evaluation's forward are not counted. `--append` adds the runs to an existing --out
+(one task per launch, so that others can take the lock between them):
+
+    flock /tmp/zipcoll-heavy.lock mpiexec -n 4 .venv/bin/python benchmarks/train/convergence.py \
+        --fsdp --tasks digits --seeds 0,1,2,3,4 --out benchmarks/results/train/convergence_fsdp.json
+    flock /tmp/zipcoll-heavy.lock mpiexec -n 4 .venv/bin/python benchmarks/train/convergence.py \
+        --fsdp --tasks blobs --seeds 0,1,2,3,4 --append --out benchmarks/results/train/convergence_fsdp.json
 """
 import argparse
 import json
@@ -37,7 +50,8 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll.torch as ztorch  # noqa: E402
-from hooks import ByteCounter, compression, make_hook, reset, schedule  # noqa: E402
+from hooks import ByteCounter, compression, is_fsdp, make_hook, reset, schedule, \
+    shard  # noqa: E402
 
 # name -> hook arguments (codec None: zipcoll's lossless ring). Quantizers run per hop on
 # the ring; sign and the sparsifiers encode each rank's own gradient once (allgather),
@@ -64,6 +78,18 @@ CONFIGS = {
                         "start_powerSGD_iter": 2, "algorithm": "ring"} for r in (1, 2, 4, 8)},
     "powersgd4-fp16": {"hook": "powersgd", "matrix_approximation_rank": 4,
                        "start_powerSGD_iter": 2, "algorithm": "ring", "codec": "fp16"},
+}
+
+# --fsdp: name -> hooks.shard's config. zipcoll's gradients always carry error feedback
+# (fsdp_collectives keys it per FSDP module); its weights have none (their error does not
+# build up across steps) and each rank keeps its own shard exact.
+FSDP_CONFIGS = {
+    "fsdp-gloo": {"hook": "fsdp-gloo"},
+    "lossless": {"hook": "fsdp", "gradients": None, "weights": "lossless", "algorithm": "ring"},
+    "int8": {"hook": "fsdp", "gradients": "int8", "weights": "lossless", "algorithm": "ring"},
+    "int4+EF": {"hook": "fsdp", "gradients": "int4", "weights": "lossless", "algorithm": "ring"},
+    "int8+int8 weights": {"hook": "fsdp", "gradients": "int8", "weights": "int8",
+                          "algorithm": "ring"},
 }
 
 
@@ -107,32 +133,45 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((model(x).argmax(dim=1) == y).float().mean())
 
 
-def run(comm, task, name: str, seed: int, args, counter: ByteCounter) -> dict:
+def wrapped(net: torch.nn.Module, config: dict) -> tuple:
+    """(model to train, hook state or None): `net` under DDP with the config's hook, or
+    sharded by FSDP2 in place."""
+    if is_fsdp(config):
+        shard(net, config)
+        return net, None
+    state, hook, ddp_args = make_hook(config)
+    model = DDP(net, **ddp_args)
+    model.register_comm_hook(state, hook)
+    return model, state
+
+
+def run(comm, task, config: dict, name: str, seed: int, args, counter: ByteCounter) -> dict:
     """Train one (task, codec, seed); the curve, bytes and times."""
     x_train, y_train, x_test, y_test = task
     net = make_model(x_train.shape[1], int(y_train.max()) + 1, args.hidden, seed, args.model)
-    state, hook, ddp_args = make_hook(CONFIGS[name])
-    model = DDP(net, **ddp_args)
-    model.register_comm_hook(state, hook)
+    model, state = wrapped(net, config)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    shard = torch.arange(comm.rank, len(x_train), comm.size)  # this rank's examples
+    mine = torch.arange(comm.rank, len(x_train), comm.size)  # this rank's examples
     g = torch.Generator().manual_seed(seed * 1000 + comm.rank)
     curve, step_seconds = [], 0.0
-    sent_before = counter.bytes
+    sent_before, sent_evaluating = counter.bytes, 0  # FSDP's forward all-gathers
     for step in range(1, args.steps + 1):
-        batch = shard[torch.randint(len(shard), (args.batch,), generator=g)]
+        batch = mine[torch.randint(len(mine), (args.batch,), generator=g)]
         start = time.perf_counter()
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch]).backward()
         opt.step()
         step_seconds += time.perf_counter() - start
         if step % args.eval_every == 0 or step == args.steps:
+            before = counter.bytes
             curve.append((step, accuracy(net, x_test, y_test)))
+            sent_evaluating += counter.bytes - before
     rate = compression(state)
     reset(state)
-    gloo = schedule(CONFIGS[name]) == "gloo"  # bytes on gloo are not counted
+    gloo = schedule(config) == "gloo"  # bytes on gloo are not counted
+    sent = counter.bytes - sent_before - sent_evaluating
     return {"config": name, "seed": seed, "curve": curve, "final_accuracy": curve[-1][1],
-            "bytes_per_step": None if gloo else (counter.bytes - sent_before) / args.steps,
+            "bytes_per_step": None if gloo else sent / args.steps,
             "compression": rate,
             "seconds_per_step": comm.allreduce(step_seconds / args.steps, op=MPI.MAX),
             "parameters": sum(p.numel() for p in net.parameters())}
@@ -141,7 +180,9 @@ def run(comm, task, name: str, seed: int, args, counter: ByteCounter) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", default="digits,blobs")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--fsdp", action="store_true",
+                        help="train sharded with FSDP2: FSDP_CONFIGS instead of CONFIGS")
+    parser.add_argument("--configs", default=None, help="default: every config")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=32, help="per rank")
@@ -151,7 +192,11 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--out", default="convergence.json")
+    parser.add_argument("--append", action="store_true",
+                        help="add the runs to --out's (same ranks, configs and arguments)")
     args = parser.parse_args()
+    configs = FSDP_CONFIGS if args.fsdp else CONFIGS
+    names = args.configs.split(",") if args.configs else list(configs)
 
     torch.set_num_threads(1)  # ranks share the cores
     comm = MPI.COMM_WORLD
@@ -161,9 +206,9 @@ def main() -> None:
     started = time.time()
     for task_name in args.tasks.split(","):
         task = load_task(task_name)
-        for name in args.configs.split(","):
+        for name in names:
             for seed in map(int, args.seeds.split(",")):
-                result = run(comm, task, name, seed, args, counter)
+                result = run(comm, task, configs[name], name, seed, args, counter)
                 result["task"] = task_name
                 results.append(result)
                 if comm.rank == 0:
@@ -173,11 +218,33 @@ def main() -> None:
                           f"({time.time() - started:.0f} s)", flush=True)
     if comm.rank == 0:
         meta = {"command": "mpiexec -n %d python %s" % (comm.size, " ".join(os.sys.argv)),
-                "ranks": comm.size, "args": vars(args), "configs": CONFIGS,
-                "load_average": os.getloadavg(), "torch": torch.__version__,
-                "seconds": time.time() - started}
+                "ranks": comm.size, "args": vars(args), "configs": configs,
+                "fsdp": args.fsdp, "load_average": os.getloadavg(),
+                "torch": torch.__version__, "seconds": time.time() - started}
+        data = {"meta": meta, "runs": results}
+        if args.append:
+            data = appended(args.out, data)
         with open(args.out, "w") as f:
-            json.dump({"meta": meta, "runs": results}, f, indent=1)
+            json.dump(data, f, indent=1)
+
+
+def appended(path: str, data: dict) -> dict:
+    """`path`'s results with `data`'s runs added; the meta keeps every part's command, load
+    average and seconds ("parts"), and their total seconds."""
+    with open(path) as f:
+        old = json.load(f)
+    meta, new = old["meta"], data["meta"]
+    if meta["ranks"] != new["ranks"] or meta.get("fsdp") != new["fsdp"]:
+        raise SystemExit(f"--append: {path} has other ranks or another kind of training")
+    parts = meta.pop("parts", None) or [_part(meta)]
+    meta.update(new, parts=parts + [_part(new)],
+                seconds=sum(p["seconds"] for p in parts) + new["seconds"])
+    meta["command"] = parts[0]["command"]
+    return {"meta": meta, "runs": old["runs"] + data["runs"]}
+
+
+def _part(meta: dict) -> dict:
+    return {key: meta[key] for key in ("command", "load_average", "seconds")}
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@ and the timed training steps step_time.py and small_step.py share (`timed_traini
 
 A config is a dict of hook arguments; its "hook" entry says which hook takes them:
 "zipcoll" (default: zipcoll.torch.ddp_comm_hook), "powersgd" (zipcoll.torch.powersgd_hook)
-or "pytorch-powersgd" (PyTorch's own powerSGD_hook on the gloo process group).
+or "pytorch-powersgd" (PyTorch's own powerSGD_hook on the gloo process group). Two kinds
+train sharded instead of under DDP (`is_fsdp`, `shard`): "fsdp" (FSDP2 with
+zipcoll.torch.fsdp_collectives, the rest of the dict its arguments) and "fsdp-gloo"
+(FSDP2's own collectives on the gloo process group).
 
 PyTorch's hook runs with one bucket: it posts each bucket's next gloo all-reduce from a
 future's callback, on whichever thread completed the last one, so with several buckets
@@ -14,6 +17,7 @@ import time
 
 import torch
 from mpi4py import MPI
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as pytorch_powersgd
 
 import zipcoll.torch as ztorch
@@ -66,13 +70,42 @@ def reset(state) -> None:
 
 
 def schedule(config: dict | None) -> str:
-    """The all-reduce a config runs: zipcoll's algorithm, or gloo."""
-    if config is None or config.get("hook") == "pytorch-powersgd":
+    """The collectives a config runs on: zipcoll's algorithm, or gloo."""
+    if config is None or config.get("hook") in ("pytorch-powersgd", "fsdp-gloo"):
         return "gloo"
     return config.get("algorithm", "auto")
 
 
-__all__ = ["ByteCounter", "compression", "make_hook", "reset", "schedule"]
+def is_fsdp(config: dict | None) -> bool:
+    """Whether a config trains with FSDP2 (`shard`) rather than under DDP (`make_hook`)."""
+    return config is not None and config.get("hook") in ("fsdp", "fsdp-gloo")
+
+
+def shard(net: torch.nn.Module, config: dict) -> dict | None:
+    """`net` made an FSDP2 model in place, as examples/fsdp_train.py does it: each Linear
+    layer its own FSDP module (so every rank holds a 1/p shard of each weight), then the
+    whole model. Kind "fsdp": zipcoll's collectives set on every module (the rest of the
+    config is fsdp_collectives' arguments), their {name: (reduce-scatter, all-gather)}
+    returned; "fsdp-gloo": FSDP's own, None."""
+    for layer in net.modules():
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(net)
+    spec = dict(config)
+    if spec.pop("hook") == "fsdp-gloo":
+        return None
+    return ztorch.fsdp_collectives(net, **spec)
+
+
+def collective_seconds(set_up: dict | None) -> float | None:
+    """Seconds spent in zipcoll's FSDP collectives so far (None: FSDP's own)."""
+    if set_up is None:
+        return None
+    return sum(c.seconds for pair in set_up.values() for c in pair if c is not None)
+
+
+__all__ = ["ByteCounter", "collective_seconds", "compression", "is_fsdp", "make_hook", "reset",
+           "schedule", "shard"]
 
 
 def timed_training(comm, model, opt, x, y, warmup: int, steps: int, at_warmup_end=None) -> list[float]:

@@ -61,8 +61,10 @@ def table(by: dict, meta: dict) -> str:
 
 def _schedule(spec: dict | None) -> str:
     """What a config's all-reduce runs on (as hooks.schedule, without importing torch)."""
-    if spec is None or spec.get("hook") == "pytorch-powersgd":
+    if spec is None or spec.get("hook") in ("pytorch-powersgd", "fsdp-gloo"):
         return "gloo"
+    if spec.get("hook") == "fsdp":  # FSDP2: its all-gather on gloo unless weights= is set
+        return f"{spec.get('algorithm', 'auto')}; weights {spec.get('weights') or 'on gloo'}"
     return spec.get("algorithm", "auto")
 
 
@@ -101,33 +103,42 @@ def step_split(rows: list[dict]) -> list[tuple[str, float, float, float | None]]
 
 def step_time_report(data: dict, path: Path) -> str:
     meta, split = data["meta"], step_split(data["rows"])
-    baseline = next(step for name, step, _, _ in split if name.startswith("DDP"))
+    fsdp, base_name = meta.get("fsdp", False), meta.get("baseline", "DDP")
+    baseline = next(step for name, step, _, _ in split if name.startswith(base_name))
     compute = split[0][1]
     a = meta["args"]
-    lines = ["# Training step time: DDP's own all-reduce against zipcoll's hook", "",
+    how = (f"sharded by FSDP2 (each Linear layer and the model `fully_shard`ed, "
+           f"{_layout(meta)}). Communication is the step less compute (FSDP's copies in and "
+           f"out of its flat buffers included); in the collectives, the time in zipcoll's "
+           f"reduce-scatters and all-gathers, forward's and backward's; bytes, what zipcoll "
+           f"hands MPI (weights on gloo: the reduce-scatters' alone)." if fsdp else
+           f"DDP's gradient_as_bucket_view: {a.get('bucket_view', False)}.")
+    lines = ["# FSDP2 training step time: FSDP's own collectives (gloo) against zipcoll's"
+             if fsdp else "# Training step time: DDP's own all-reduce against zipcoll's hook", "",
              f"{meta['ranks']} ranks, MLP of {meta['parameters'] / 1e6:.1f} M parameters "
              f"({4 * meta['parameters'] / 1e6:.0f} MB of float32 gradients), batch {a['batch']} "
              f"a rank, SGD with momentum, torch {meta['torch']} with {meta['torch_threads']} "
              f"thread(s) a rank; median of {a['steps']} steps after {a['warmup']}, slowest "
-             f"rank{_rounds(a)}. DDP's gradient_as_bucket_view: {a.get('bucket_view', False)}. "
+             f"rank{_rounds(a)}. {how} "
              f"Load average (1, 5, 15 min){_load_at_start(meta)} at the end: "
              f"{', '.join(f'{x:.1f}' for x in meta['load_average'])}.", "",
              f"Command (on the ranks): `{meta['command']}`", "",
-             "| config | schedule | step (ms) | compute (ms) | communication (ms) | "
-             "in the hook (ms) | speedup over DDP | bytes sent / step / rank | compression |",
+             f"| config | schedule | step (ms) | compute (ms) | communication (ms) | "
+             f"in the {'collectives' if fsdp else 'hook'} (ms) | speedup over "
+             f"{base_name if fsdp else 'DDP'} | bytes sent / step / rank | compression |",
              "|---|---|---|---|---|---|---|---|---|"]
     rows = {row["config"]: row for row in data["rows"]}
     for name, step, comm, hook in split:
         row = rows[name]
         spec = row.get("hook")
-        schedule = (_schedule(spec) if spec else "gloo" if name.startswith("DDP") else "-")
+        schedule = (_schedule(spec) if spec else "gloo" if name.startswith(base_name) else "-")
         sent, rate = row.get("bytes_per_step"), row.get("compression")
         lines.append(f"| {name} | {schedule} | {1e3 * step:.0f} | {1e3 * compute:.0f} | "
                      f"{1e3 * comm:.0f} | {'' if hook is None else f'{1e3 * hook:.0f}'} | "
                      f"{'' if name.startswith('compute') else f'{baseline / step:.2f}x'} | "
                      f"{'' if sent is None else f'{sent:,.0f}'} | "
                      f"{'' if rate is None else f'{rate:.1f}x (elements)'} |")
-    _plot_split(split, path.with_suffix(".png"), _layout(meta))
+    _plot_split(split, path.with_suffix(".png"), _layout(meta), "FSDP2 " if fsdp else "")
     return "\n".join(lines) + f"\n\n![step time]({path.stem}.png)\n"
 
 
@@ -147,7 +158,7 @@ def _layout(meta: dict) -> str:
     return f"{meta['ranks'] // per_node} nodes x {per_node} rank{'s' if per_node > 1 else ''}"
 
 
-def _plot_split(split: list, path: Path, layout: str) -> None:
+def _plot_split(split: list, path: Path, layout: str, kind: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,7 +171,7 @@ def _plot_split(split: list, path: Path, layout: str) -> None:
     ax.barh(names, [1e3 * compute] * len(names), label="compute")
     ax.barh(names, [1e3 * max(0.0, c) for c in comm], left=1e3 * compute, label="communication")
     ax.invert_yaxis()
-    ax.set(xlabel="ms per training step", title=f"training step, {layout}, 1 Gbit/s")
+    ax.set(xlabel="ms per training step", title=f"{kind}training step, {layout}, 1 Gbit/s")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -221,6 +232,24 @@ def _plot_curves(data: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _through(meta: dict) -> str:
+    if not meta.get("fsdp"):
+        return "through zipcoll's DDP hook"
+    return ("with PyTorch FSDP2 (each Linear layer and the model `fully_shard`ed): FSDP's own "
+            "collectives on gloo against zipcoll's (`zipcoll.torch.fsdp_collectives`)")
+
+
+def _loads(meta: dict) -> str:
+    parts = meta.get("parts") or [meta]
+    return "; ".join(", ".join(f"{x:.1f}" for x in part["load_average"]) for part in parts)
+
+
+def _commands(meta: dict) -> str:
+    parts = meta.get("parts") or [meta]
+    return "Command" + ("s" if len(parts) > 1 else "") + ": " + ", ".join(
+        f"`{part['command']}`" for part in parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("json", type=Path)
@@ -238,13 +267,13 @@ def main() -> None:
         return
     meta, by = data["meta"], group(data["runs"])
     a = meta["args"]
-    header = (f"# Convergence through zipcoll's DDP hook\n\n"
+    header = (f"# Convergence {_through(meta)}\n\n"
               f"{meta['ranks']} ranks, {a['steps']} steps, batch {a['batch']} per rank, SGD "
               f"lr {a['lr']} momentum 0.9, MLP with two hidden layers of {a['hidden']}; "
               f"torch {meta['torch']}. Whole matrix: {meta['seconds']:.0f} s. Load average at "
-              f"the end {', '.join(f'{x:.1f}' for x in meta['load_average'])} (2 cores, shared "
+              f"the end {_loads(meta)} (2 cores, shared "
               f"machine: step times are only indicative).\n\n"
-              f"Command: `{meta['command']}`, then "
+              f"{_commands(meta)}, then "
               f"`python benchmarks/train/report.py {args.json}`.\n\n")
     md = args.json.with_suffix(".md")
     md.write_text(header + table(by, meta) + f"\n![test accuracy]({args.json.stem}.png)\n")

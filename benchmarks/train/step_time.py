@@ -19,6 +19,14 @@ steps after --warmup, of all rounds. Run on the emulated cluster, 2 nodes x 1 ra
     export PATH=$PWD/.venv/bin:$PATH
     flock /tmp/zipcoll-heavy.lock bash benchmarks/train/step_time_cluster.sh \\
         --out benchmarks/results/train/step_time.json
+
+`--fsdp`: the same model sharded by PyTorch FSDP2 (each Linear layer its own FSDP module,
+then the model; FSDP_CONFIGS), FSDP's own collectives on gloo against zipcoll's
+(`zipcoll.torch.fsdp_collectives`); "in the collectives" is the time spent in zipcoll's
+reduce-scatters and all-gathers, forward's and backward's:
+
+    flock /tmp/zipcoll-heavy.lock bash benchmarks/train/step_time_cluster.sh --fsdp \\
+        --rounds 2 --out benchmarks/results/train/step_time_fsdp.json
 """
 import argparse
 import json
@@ -34,7 +42,8 @@ from mpi4py import MPI  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import zipcoll.torch as ztorch  # noqa: E402
-from hooks import ByteCounter, compression, make_hook, reset, timed_training  # noqa: E402
+from hooks import ByteCounter, collective_seconds, compression, is_fsdp, make_hook, reset, \
+    schedule, shard, timed_training  # noqa: E402
 
 # name -> hook arguments; None: DDP's own all-reduce through the gloo process group.
 CONFIGS = {
@@ -76,6 +85,23 @@ CONFIGS = {
                                           "overlap": True},
 }
 
+# --fsdp: name -> hooks.shard's config; weights None: FSDP's own all-gather (gloo). With a
+# codec the gradients carry error feedback (fsdp_collectives keys it per FSDP module).
+FSDP_CONFIGS = {
+    "FSDP (gloo)": {"hook": "fsdp-gloo"},
+    "zipcoll lossless": {"hook": "fsdp", "gradients": None, "weights": "lossless",
+                         "algorithm": "ring"},
+    "zipcoll int8 gradients": {"hook": "fsdp", "gradients": "int8", "weights": None,
+                               "algorithm": "ring"},
+    "zipcoll int8 gradients + int8 weights": {"hook": "fsdp", "gradients": "int8",
+                                              "weights": "int8", "algorithm": "ring"},
+    "zipcoll int4+EF gradients": {"hook": "fsdp", "gradients": "int4", "weights": None,
+                                  "algorithm": "ring"},
+    # two-level: lossless inside a node, compressed across (ZeRO++'s qgZ for gradients)
+    "zipcoll int8 gradients + int8 weights (hierarchical)": {
+        "hook": "fsdp", "gradients": "int8", "weights": "int8", "algorithm": "hierarchical"},
+}
+
 
 def make_model(width: int, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
@@ -86,19 +112,23 @@ def make_model(width: int, seed: int = 0) -> torch.nn.Module:
 
 
 def timed_steps(comm, model: torch.nn.Module, args, hook_seconds: list,
-                counted: dict | None = None) -> list[float]:
+                counted: dict | None = None, fsdp_set_up: dict | None = None) -> list[float]:
     """Per-step seconds (slowest rank) of --steps steps after --warmup; `hook_seconds` gets
-    the time in the hook during those steps only, `counted` the bytes zipcoll sent a step."""
+    the time in the hook (or in zipcoll's FSDP collectives, `fsdp_set_up`) during those
+    steps only, `counted` the bytes zipcoll sent a step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(comm.rank)
     x, y = torch.randn(args.batch, 1024, generator=g), torch.randint(0, 10, (args.batch,))
-    start_of_round, sent = len(hook_seconds), []
+    start_of_round, sent, in_collectives = len(hook_seconds), [], []
 
     def warmed_up() -> None:
         del hook_seconds[start_of_round:]
         sent.append(COUNTER.bytes)
+        in_collectives.append(collective_seconds(fsdp_set_up))
 
     times = timed_training(comm, model, opt, x, y, args.warmup, args.steps, warmed_up)
+    if fsdp_set_up is not None:
+        hook_seconds.append(collective_seconds(fsdp_set_up) - in_collectives[0])
     del opt
     if counted is not None:
         counted["bytes_per_step"] = (COUNTER.bytes - sent[0]) / args.steps
@@ -109,6 +139,10 @@ def timed_config(comm, hook_args: dict | None, args, hook_seconds: list,
                  counted: dict) -> list[float]:
     """One config's step times on a fresh model (the same initial weights every time);
     `counted` gets the bytes zipcoll sent a step and PowerSGD's compression."""
+    if is_fsdp(hook_args):
+        model = make_model(args.width)
+        set_up = shard(model, hook_args)
+        return timed_steps(comm, model, args, hook_seconds, counted, set_up)
     state, hook, ddp_args = make_hook(hook_args) if hook_args is not None else (None, None, {})
     model = DDP(make_model(args.width), gradient_as_bucket_view=args.bucket_view, **ddp_args)
     if hook_args is not None:
@@ -157,9 +191,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-bucket-view", dest="bucket_view", action="store_false",
                         help="DDP's default: gradients copied into and out of the buckets")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--fsdp", action="store_true",
+                        help="FSDP2, FSDP_CONFIGS, instead of DDP and CONFIGS")
+    parser.add_argument("--configs", default=None, help="default: every config")
     parser.add_argument("--out", default="step_time.json")
     args = parser.parse_args()
+    configs = FSDP_CONFIGS if args.fsdp else CONFIGS
 
     comm, load_at_start = start_job()
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -168,31 +205,32 @@ def main() -> None:
     net = make_model(args.width)
     params = sum(p.numel() for p in net.parameters())
     before = timed_steps(comm, net, args, [])
-    names = args.configs.split(",")
+    names = args.configs.split(",") if args.configs else list(configs)
     steps = {name: [] for name in names}
     hook_seconds = {name: [] for name in names}
     counted = {name: {} for name in names}
     for _ in range(args.rounds):
         for name in names:
-            steps[name] += timed_config(comm, CONFIGS[name], args, hook_seconds[name],
+            steps[name] += timed_config(comm, configs[name], args, hook_seconds[name],
                                         counted[name])
-    rows = [{"config": name, "hook": CONFIGS[name], "step": steps[name],
+    rows = [{"config": name, "hook": configs[name], "step": steps[name],
              "bytes_per_step": (counted[name]["bytes_per_step"]
-                                if CONFIGS[name] and "pytorch" not in CONFIGS[name].get("hook", "")
-                                else None),
+                                if schedule(configs[name]) != "gloo" else None),
              "compression": counted[name].get("compression"),
              "in_hook_per_step": (comm.allreduce(sum(hook_seconds[name]) / len(steps[name]),
                                                  op=MPI.MAX)
-                                  if CONFIGS[name] is not None else None)}
+                                  if hook_seconds[name] else None)}
             for name in names]
     after = timed_steps(comm, net, args, [])
     compute = min(statistics.median(before), statistics.median(after))
-    rows.insert(0, {"config": "compute only (no DDP)", "step": before + after})
+    rows.insert(0, {"config": f"compute only (no {'FSDP' if args.fsdp else 'DDP'})",
+                    "step": before + after})
     for row in rows:
         report(comm, row, compute, params)
     if comm.rank == 0:
         meta = {"command": "python " + shlex.join(os.sys.argv), "ranks": comm.size,
-                "ranks_per_node": per_node,
+                "ranks_per_node": per_node, "fsdp": args.fsdp,
+                "baseline": "FSDP (gloo)" if args.fsdp else "DDP (gloo allreduce)",
                 "args": vars(args), "parameters": params, "torch": torch.__version__,
                 "torch_threads": torch.get_num_threads(),
                 "load_average_at_start": load_at_start, "load_average": os.getloadavg()}
@@ -205,9 +243,10 @@ def report(comm, row: dict, compute: float, params: int) -> None:
         return
     step = compute if row["config"].startswith("compute") else statistics.median(row["step"])
     hook = row.get("in_hook_per_step")
+    where = "collectives" if is_fsdp(row.get("hook")) else "hook"
     print(f"{row['config']:34s} step {1e3 * step:8.1f} ms  compute {1e3 * compute:7.1f} ms  "
           f"communication {1e3 * (step - compute):8.1f} ms"
-          + (f"  (in hook {1e3 * hook:7.1f} ms)" if hook is not None else "")
+          + (f"  (in {where} {1e3 * hook:7.1f} ms)" if hook is not None else "")
           + f"  [{params / 1e6:.1f} M parameters]", flush=True)
 
 

@@ -4,9 +4,9 @@ reduce-scatter and all-gather.
 Checked against FSDP2's own collectives on the same model and data: lossless through
 zipcoll gives its parameters within float rounding (reshard_after_forward True and False,
 MixedPrecisionPolicy with bfloat16 parameters and float32 reduction); the custom
-collectives run every step; int8 gradients and weights train close to lossless, each
-rank's shard of the master weights exact in the sense that the optimizer updates it
-alone; error-feedback keys differ per module and per wrap.
+collectives run every step and count their time; int8 gradients and weights train close
+to lossless, each rank's shard of the master weights exact in the sense that the
+optimizer updates it alone; error-feedback keys differ per module and per wrap.
 """
 import os
 
@@ -65,9 +65,10 @@ def test_lossless_matches_fsdps_own(comm, weights, reshard, algorithm):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # summed in another order
     layers = [v for k, v in set_up.items() if k]  # the root holds no parameters of its own
     if comm.size > 1:  # (FSDP on one rank copies: it calls no collective)
-        assert all(rs.calls == STEPS for rs, _ in layers)
+        assert all(rs.calls == STEPS and rs.seconds > 0 for rs, _ in layers)
     if weights is not None and comm.size > 1:  # forward, and backward's re-gather (resharded)
-        assert all(ag.calls == STEPS * (2 if reshard else 1) for _, ag in layers)
+        assert all(ag.calls == STEPS * (2 if reshard else 1) and ag.seconds > 0
+                   for _, ag in layers)
 
 
 def test_mixed_precision_lossless_matches_fsdps_own(comm):
