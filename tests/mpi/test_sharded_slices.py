@@ -179,6 +179,8 @@ def test_mean_bfloat16_and_feedback_in_slices(comm, nodes, slices_run):
                                               ("allgather", "all-gather")])
 @pytest.mark.parametrize("codec", [None, "int8"])
 def test_explain_ranks_first_what_auto_runs(comm, small_slices, collective, kind, codec):
+    if comm.size == 1:
+        pytest.skip("one rank runs no plan (a copy); explain and auto agree only from 2 ranks")
     """On every layout of this many ranks, at sizes in one slice and in many: auto's plan
     is explain's first, the ranking the same on every rank, cheapest first."""
     p = comm.size
