@@ -87,6 +87,32 @@ def small_slices() -> int:
     return 4096
 
 
+@pytest.fixture
+def nodes(comm, small_slices):
+    """Every rank its own node (slices across nodes), with small slices."""
+    import zipcoll
+
+    return zipcoll.Topology.from_comm(comm, ranks_per_node=1)
+
+
+@pytest.fixture
+def count_slices(monkeypatch):
+    """count_slices(module): a list that gets, call by call, how many slices each call
+    through `module.pipelined` ran in."""
+    def counter(module) -> list:
+        started = []
+        pipelined = module.pipelined
+
+        def counting(runs, window):
+            runs = list(runs)
+            started.append(len(runs))
+            return pipelined(iter(runs), window)
+
+        monkeypatch.setattr(module, "pipelined", counting)
+        return started
+    return counter
+
+
 @pytest.fixture(scope="module")
 def torch_process_group():
     """gloo over MPI's ranks (zipcoll.torch.init_process_group), once per test module that

@@ -25,24 +25,9 @@ COUNT = 20_000  # 80 KiB of int32/float32: about 20 slices of 4 KiB
 
 
 @pytest.fixture
-def nodes(comm, small_slices):
-    """Every rank its own node."""
-    return zipcoll.Topology.from_comm(comm, ranks_per_node=1)
-
-
-@pytest.fixture
-def slices_run(monkeypatch):
+def slices_run(count_slices):
     """How many slices each call ran in (a list, call by call)."""
-    started = []
-    pipelined = sharded.pipelined
-
-    def counting(runs, window):
-        runs = list(runs)
-        started.append(len(runs))
-        return pipelined(iter(runs), window)
-
-    monkeypatch.setattr(sharded, "pipelined", counting)
-    return started
+    return count_slices(sharded)
 
 
 def _counts(p: int, kind: str) -> dict[str, list[int]]:

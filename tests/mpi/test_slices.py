@@ -22,24 +22,9 @@ COUNT = 30_011  # 120 KiB of int32/float32: about 30 slices of 4 KiB, 8 in fligh
 
 
 @pytest.fixture
-def nodes(comm, small_slices):
-    """Every rank its own node."""
-    return zipcoll.Topology.from_comm(comm, ranks_per_node=1)
-
-
-@pytest.fixture
-def slices_run(monkeypatch):
+def slices_run(count_slices):
     """The slices dispatch starts, call by call (a list of counts)."""
-    started = []
-    pipelined = dispatch.pipelined
-
-    def counting(runs, window):
-        runs = list(runs)
-        started.append(len(runs))
-        return pipelined(iter(runs), window)
-
-    monkeypatch.setattr(dispatch, "pipelined", counting)
-    return started
+    return count_slices(dispatch)
 
 
 def slicing(x, algorithm, topology, codec=None):

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from zipcoll.collectives.planning import (CodecSpeed, Link, PlanShape, Profile, Rate, Shape,
                                           codec_spec, predict, rank_plans)
-from zipcoll.collectives.planning.lowrank import lowrank_cost
+from zipcoll.collectives.planning.lowrank import lowrank_cost, split
 from zipcoll.collectives.planning.profile import LowRankSpeed, Product
 
 FUSION_BYTES = 64 << 20
@@ -156,8 +156,8 @@ def powersgd_iteration(shapes: list[tuple], shape: Shape, profile: Profile, comp
     """One iteration with PowerSGD at ``rank`` on every bucket (factors coded with ``pq``)."""
     comm, plans = 0.0, set()
     for bucket in tensor_buckets(shapes):
-        factors = lowrank_cost(bucket, rank, shape, profile, PlanShape("ring", inter_codec=pq))
-        plan = cheapest(4 * factors.sent, shape, profile, pq)
+        matrices, dense = split(bucket, rank)
+        plan = cheapest(4 * (sum(r * (n + m) for n, m, r in matrices) + dense), shape, profile, pq)
         comm += lowrank_cost(bucket, rank, shape, profile, plan).total
         plans.add(str(plan))
     total = compute + max(0.0, comm - overlap * compute)

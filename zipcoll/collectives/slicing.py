@@ -91,8 +91,7 @@ def slicing_of(plan: Any) -> Slicing:
         if slices == 1:
             return Slicing()
         wire = int(nbytes / ratio / slices)
-    in_flight = IN_FLIGHT_BYTES // max(1, wire)
-    return Slicing(slices, max(1, min(chosen.pipeline_window, in_flight)))
+    return _in_flight(slices, wire)
 
 
 def sharded_slicing(schedule: Any, nbytes: int, ranks: int, nodes: int,
@@ -115,7 +114,11 @@ def sharded_slicing(schedule: Any, nbytes: int, ranks: int, nodes: int,
     else:
         slices = flat_slices(nbytes, ranks, nodes, ratio)
         wire = int(nbytes / ratio / slices)
-    if slices == 1:
-        return Slicing()
+    return Slicing() if slices == 1 else _in_flight(slices, wire)
+
+
+def _in_flight(slices: int, wire: int) -> Slicing:
+    """`slices` slices of `wire` bytes on the wire each: at most ZIPCOLL_PIPELINE_WINDOW of
+    them at once, and IN_FLIGHT_BYTES of their wire bytes."""
     in_flight = IN_FLIGHT_BYTES // max(1, wire)
     return Slicing(slices, max(1, min(settings.get().pipeline_window, in_flight)))

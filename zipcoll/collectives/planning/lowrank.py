@@ -41,6 +41,19 @@ def compressible(n: int, m: int, rank: int, min_compression_rate: float) -> bool
     return (n + m) * min(n, m, rank) * min_compression_rate < n * m
 
 
+def split(shapes: Iterable[Sequence[int]], rank: int,
+          min_compression_rate: float = 2) -> tuple[list[tuple[int, int, int]], int]:
+    """(n, m, r') of each matrix compressed, and the elements of the tensors sent dense."""
+    matrices, dense = [], 0
+    for shape in shapes:
+        nm = matrix_shape(shape)
+        if nm is not None and compressible(*nm, rank, min_compression_rate):
+            matrices.append((*nm, min(*nm, rank)))
+        else:
+            dense += math.prod(shape)
+    return matrices, dense
+
+
 @dataclass(frozen=True)
 class LowRankCost:
     """Seconds of one low-rank step on one bucket of tensors, by part, and what it sends."""
@@ -72,13 +85,7 @@ def lowrank_cost(shapes: Iterable[Sequence[int]], rank: int, topology: Any, prof
     dense tensors (default: `plan` without its codec: they are averaged exactly).
     """
     speed = profile.lowrank
-    matrices, dense = [], 0
-    for shape in shapes:
-        nm = matrix_shape(shape)
-        if nm is not None and compressible(*nm, rank, min_compression_rate):
-            matrices.append((*nm, min(*nm, rank)))
-        else:
-            dense += math.prod(shape)
+    matrices, dense = split(shapes, rank, min_compression_rate)
     passes = 2 if error_feedback else 0  # M + residual before, M - P Qᵀ after
     before = between = after = 0.0
     for n, m, r in matrices:

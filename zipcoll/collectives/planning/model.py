@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -181,6 +181,16 @@ def links_only(work: Work) -> Work:
 def cpu_only(work: Work) -> Work:
     """``work`` with free links: what only the computation and the steps cost."""
     return replace(work, links="free")
+
+
+def pipelined_time(one: Callable[[float, Work], float], n: float, slices: int, work: Work) -> float:
+    """`one(bytes, work)` over `slices` slices, several in flight: with f one slice's time,
+    f_link what its bytes alone cost and f_cpu what its computation and steps alone cost,
+    the pipeline runs at the busier once full: f(n / S) + (S - 1) max(f_link(n / S), f_cpu(n / S))."""
+    if slices <= 1:
+        return one(n, work)
+    s = n / slices
+    return one(s, work) + (slices - 1) * max(one(s, links_only(work)), one(s, cpu_only(work)))
 
 
 def spans_with(span: Span, work: Work) -> Span:

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.collectives.planning.model import (FREE, Shape, Span, Work, cpu_only, interpolate,
-                                                links_only, spans_with)
+                                                links_only, pipelined_time, spans_with)
 from zipcoll.collectives.planning.profile import DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, Link, Profile
 from zipcoll.collectives.registry import SCHEDULES, Schedule, accepting, flat
 from zipcoll.collectives.slicing import flat_slices, slice_count
@@ -97,19 +97,11 @@ def _native_schedule() -> Schedule:
 def _sliced_flat(schedule: Schedule, n: float, shape: Shape, span: Span, work: Work,
                  codec: Codec | None) -> float:
     """A flat schedule in S slices (across nodes, ``slicing.flat_slices``' rule), several in
-    flight: with f one slice's time, f_link what its bytes alone cost and f_cpu what its
-    computation and steps alone cost, the pipeline runs at the busier once full:
-        f(n / S) + (S - 1) max(f_link(n / S), f_cpu(n / S))
-    """
+    flight (``model.pipelined_time``)."""
     ratio = 1.0 if codec is None else n / max(1.0, work.wire(codec, n))
     slices = flat_slices(int(n), shape.size, shape.nodes, ratio)
-    s = n / slices
-    if slices == 1:
-        return schedule.cost(n, span, work, codec)
-    links, cpu = links_only(work), cpu_only(work)
-    return (schedule.cost(s, span, work, codec) + (slices - 1)
-            * max(schedule.cost(s, spans_with(span, links), links, codec),
-                  schedule.cost(s, spans_with(span, cpu), cpu, codec)))
+    return pipelined_time(lambda m, w: schedule.cost(m, spans_with(span, w), w, codec),
+                          n, slices, work)
 
 
 def two_level(n: float, rows: Span, columns: Span, inner: Schedule, work: Work,

@@ -19,8 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from zipcoll.codecs import Codec, ErrorFeedback, get_codec
-from zipcoll.collectives.planning.model import FREE, Shape, Span, Work, cpu_only, links_only, \
-    spans_with
+from zipcoll.collectives.planning.model import FREE, Shape, Work, pipelined_time, spans_with
 from zipcoll.collectives.planning.plans import PlanShape, flat_span, levels
 from zipcoll.collectives.planning.profile import DEFAULT_CODECS, DEFAULT_PROFILE, CodecSpeed, \
     Link, Profile
@@ -69,13 +68,12 @@ def predict_sharded(kind: str, schedule: ShardSchedule, inner: ShardSchedule | N
     item = np.dtype(dtype)
     work = Work(profile, item.itemsize, item.name, profile.step_overhead)
     fixed = 0.0 if schedule.native else profile.call_overhead
+    cost = schedule.cost_rs if kind == REDUCE_SCATTER else schedule.cost_ag
     if schedule.two_level:
         rows, columns = levels(schedule, shape).spans(profile)
-        cost = schedule.cost_rs if kind == REDUCE_SCATTER else schedule.cost_ag
         one = lambda n, w: cost(n, spans_with(rows, w), spans_with(columns, w), w, codec,  # noqa: E731
                                 inner)
     else:
-        cost = schedule.cost_rs if kind == REDUCE_SCATTER else schedule.cost_ag
         span = flat_span(shape, profile)
         one = lambda n, w: cost(n, spans_with(span, w), w, codec)  # noqa: E731
     return fixed + _sliced(schedule, one, nbytes, shape, work, codec)
@@ -83,15 +81,10 @@ def predict_sharded(kind: str, schedule: ShardSchedule, inner: ShardSchedule | N
 
 def _sliced(schedule: ShardSchedule, one: Callable[[float, Work], float], n: float,
             shape: Shape, work: Work, codec: Codec | None) -> float:
-    """`one` over the slices the call runs in: with f one slice's time, f_link what its
-    bytes alone cost and f_cpu what its computation and steps alone cost, the pipeline
-    runs at the busier once full: f(n / S) + (S - 1) max(f_link(n / S), f_cpu(n / S))."""
+    """`one` over the slices the call runs in, several in flight (``model.pipelined_time``)."""
     ratio = 1.0 if codec is None or n == 0 else n / max(1.0, work.wire(codec, n))
     slices = sharded_slicing(schedule, int(n), shape.size, shape.nodes, ratio).slices
-    if slices == 1:
-        return one(n, work)
-    s = n / slices
-    return one(s, work) + (slices - 1) * max(one(s, links_only(work)), one(s, cpu_only(work)))
+    return pipelined_time(one, n, slices, work)
 
 
 def rank_sharded(kind: str, nbytes: int, topology: Any, profile: Profile | None = None,
