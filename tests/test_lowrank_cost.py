@@ -38,6 +38,12 @@ def test_what_the_model_sends_is_what_lowrank_sends(shapes, rank, rate):
     assert (cost.elements, cost.sent) == (given_, sent)
 
 
+@pytest.mark.parametrize("rank", [0, -1, 2.5, True])
+def test_a_rank_below_one_is_refused(rank):
+    with pytest.raises(ValueError, match="positive int"):
+        lowrank_cost([(64, 64)], rank, TWO_NODES, SLOW)
+
+
 def test_a_matrix_sends_r_times_n_plus_m():
     cost = lowrank_cost([(4096, 1024), (1024,)], 4, TWO_NODES, SLOW)
     assert cost.sent == 4 * (4096 + 1024) + 1024 and cost.elements == 4096 * 1024 + 1024
@@ -134,3 +140,5 @@ def test_simulate_command_prices_powersgd(capsys):
     assert "best with powersgd:rank=2" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         sim.main(["--params", "25M", "--gpus", "16", "--compute-ms", "250", "--codec", "powersgd"])
+    with pytest.raises(SystemExit):
+        sim.main(["--shi", "--codec", "powersgd:rank=0"])

@@ -119,7 +119,10 @@ def powersgd_setting(codec: str | None) -> tuple[int, str | None] | None:
     unknown = set(fields) - {"rank", "pq"}
     if unknown:
         raise ValueError(f"powersgd takes rank= and pq=, not {sorted(unknown)}")
-    return int(fields.get("rank", 1)), fields.get("pq")
+    rank = fields.get("rank", "1")
+    if not rank.isdigit() or int(rank) < 1:
+        raise ValueError(f"powersgd's rank must be a positive integer, not {rank!r}")
+    return int(rank), fields.get("pq")
 
 
 @dataclass
@@ -277,6 +280,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        powersgd_setting(args.codec)
+    except ValueError as e:
+        parser().error(str(e))
     if args.shi:
         print(shi_table(args.gpus_per_node, args.intra, args.overlap,
                         [args.codec] if args.codec else ["int8", "sign", "topk:ratio=0.01"]))

@@ -43,7 +43,10 @@ def compressible(n: int, m: int, rank: int, min_compression_rate: float) -> bool
 
 def split(shapes: Iterable[Sequence[int]], rank: int,
           min_compression_rate: float = 2) -> tuple[list[tuple[int, int, int]], int]:
-    """(n, m, r') of each matrix compressed, and the elements of the tensors sent dense."""
+    """(n, m, r') of each matrix compressed, and the elements of the tensors sent dense.
+    ValueError for a rank below 1 (as `zipcoll.lowrank.PowerSGDState`)."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank must be a positive int, not {rank!r}")
     matrices, dense = [], 0
     for shape in shapes:
         nm = matrix_shape(shape)
