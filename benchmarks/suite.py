@@ -17,6 +17,9 @@ Their sizes are the benches' own (reduce-scatter: each rank's whole input; all-g
 what each rank sends), each collective gets a table of its own beside its native, and
 their runs take no --time-budget (the sharded benches have none: -i/-x or OSU's counts).
 
+`auto:untuned` (and `auto:untuned+CODEC`) runs algorithm="auto" with ZIPCOLL_TUNE=0: the
+cost model's choice alone, as a job that turned tuning off gets.
+
 `auto` and `auto+CODEC` combos run algorithm="auto" (tuning itself online: each run is a
 fresh process), timed after AUTO_LEARN_CALLS untimed calls a size (its learning: the
 bench's --learn-calls, their time in the JSON's learning_us), and are bounded by the plans
@@ -130,6 +133,21 @@ class Combo:
     def bench(self) -> str:
         """The zipcoll-bench command: allreduce, reduce-scatter or allgather."""
         return COLLECTIVES[self.prefix][0]
+
+    @property
+    def untuned(self) -> bool:
+        """`auto:untuned`: algorithm="auto" with online tuning off (the cost model alone)."""
+        return self.algorithm == "auto:untuned"
+
+    @property
+    def bench_algorithm(self) -> str:
+        """The bench's --algorithm."""
+        return "auto" if self.untuned else self.algorithm
+
+    @property
+    def mpi_env(self) -> list[str]:
+        """mpiexec's -x flags for the settings the combo needs."""
+        return ["-x", "ZIPCOLL_TUNE=0"] if self.untuned else []
 
     @property
     def label(self) -> str:
@@ -264,7 +282,7 @@ def learn_calls(combo: Combo) -> int:
 
 
 def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
-    argv = ["zipcoll-bench", combo.bench, "-m", segment.spec, "--algorithm", combo.algorithm]
+    argv = ["zipcoll-bench", combo.bench, "-m", segment.spec, "--algorithm", combo.bench_algorithm]
     if combo.codec:
         argv += ["--codec", combo.codec]
     if segment.iterations is not None:
@@ -278,14 +296,15 @@ def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
     return argv + ["-f", "-c", "--json", relative(json_path)]
 
 
-def launch_argv(layout: Layout, bench: list[str]) -> tuple[list[str], str]:
-    """(argv to execute, the same as a shell line for commands.txt)."""
+def launch_argv(layout: Layout, bench: list[str],
+                env: list[str] = ()) -> tuple[list[str], str]:
+    """(argv to execute, the same as a shell line for commands.txt); `env`: mpiexec's -x flags."""
     if layout.nodes == 1:
-        mpi = ["mpiexec", "-n", str(layout.ranks), *bench]
+        mpi = ["mpiexec", "-n", str(layout.ranks), *env, *bench]
         return (["bash", "-c", f'source {MPIENV} && exec "$@"', "_", *mpi],
                 f"source {MPIENV}; {shlex.join(mpi)}")
     argv = [relative(CLUSTER), "run", "-n", str(layout.ranks),
-            "--ranks-per-node", str(layout.per_node), "--", *bench]
+            "--ranks-per-node", str(layout.per_node), *env, "--", *bench]
     return argv, shlex.join(argv)
 
 
@@ -409,7 +428,8 @@ class Suite:
             for (combo, segment), estimate in zip(target.runs, self.estimates[id(target)]):
                 json_path = raw / f"{combo.slug}--{segment.spec.replace(':', '-')}.json"
                 json_path.unlink(missing_ok=True)
-                argv, line = launch_argv(target.layout, bench_argv(combo, segment, json_path))
+                argv, line = launch_argv(target.layout, bench_argv(combo, segment, json_path),
+                                         combo.mpi_env)
                 commands.append(line)
                 (target.out / "commands.txt").write_text("\n".join(commands) + "\n")
                 load = load_average()
@@ -507,7 +527,8 @@ class Suite:
         for t in self.targets:
             print(f"# {t.name}: {t.layout.describe(t.rate)} -> {relative(t.out)}")
             for (combo, segment), est in zip(t.runs, self.estimates[id(t)]):
-                _, line = launch_argv(t.layout, bench_argv(combo, segment, t.out / "raw" / f"{combo.slug}.json"))
+                _, line = launch_argv(t.layout, bench_argv(combo, segment, t.out / "raw" / f"{combo.slug}.json"),
+                                   combo.mpi_env)
                 print(f"  ~{est:6.1f} s  {line}")
             print(f"# {t.name}: estimated {clock(sum(self.estimates[id(t)]))}")
         print(f"# total estimated {clock(self.total_estimate)} (model of cluster/README.md's figures, "

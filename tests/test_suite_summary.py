@@ -132,3 +132,22 @@ def test_an_allreduce_only_summary_has_no_collective_headings():
                           "rows": [dict(row(4 * MiB, 20), native_avg_us=40e3, speedup=2.0)]}]}
     text = suite.summary_text(record)
     assert "###" not in text and "| native (MPI Allreduce) | 40.0 ms |" in text
+
+
+def test_untuned_auto_runs_auto_with_tuning_off_on_both_launchers():
+    """auto:untuned[+CODEC]: the bench runs algorithm auto, every rank with ZIPCOLL_TUNE=0
+    (mpiexec's -x on one node and through cluster.sh), and takes no learning calls."""
+    suite = load_suite()
+    combo = suite.Combo.parse("auto:untuned+int8")
+    assert (combo.label, combo.codec, combo.untuned) == ("auto:untuned+int8", "int8", True)
+    segment = suite.Segment((MiB,), None, None, 1.0)
+    argv = suite.bench_argv(combo, segment, suite.Path("x.json"))
+    assert argv[argv.index("--algorithm") + 1] == "auto" and "--learn-calls" not in argv
+    assert "--learn-calls" in suite.bench_argv(suite.Combo.parse("auto+int8"), segment,
+                                               suite.Path("x.json"))
+    for layout in ("1x4", "2x2"):
+        launched, line = suite.launch_argv(suite.Layout.parse(layout), argv, combo.mpi_env)
+        assert "-x ZIPCOLL_TUNE=0" in line
+        assert launched.index("ZIPCOLL_TUNE=0") < launched.index("zipcoll-bench")
+    assert suite.Combo.parse("auto").mpi_env == []
+    assert suite.combo_plan({"algorithm": "auto:untuned", "codec": "int8"}) is None
