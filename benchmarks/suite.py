@@ -18,7 +18,11 @@ what each rank sends), each collective gets a table of its own beside its native
 their runs take no --time-budget (the sharded benches have none: -i/-x or OSU's counts).
 
 `auto:untuned` (and `auto:untuned+CODEC`) runs algorithm="auto" with ZIPCOLL_TUNE=0: the
-cost model's choice alone, as a job that turned tuning off gets.
+cost model's choice alone, as a job that turned tuning off gets. `auto:calibrated[+CODEC]`
+runs it with ZIPCOLL_PROFILE set to the layout's profile in --profiles
+(`zipcoll-bench calibrate --plans`' output, as benchmarks/autocheck.sh writes it).
+
+`--add` keeps a layout's earlier suite.json and adds (or replaces) the combos run now.
 
 `auto` and `auto+CODEC` combos run algorithm="auto" (tuning itself online: each run is a
 fresh process), timed after AUTO_LEARN_CALLS untimed calls a size (its learning: the
@@ -140,14 +144,23 @@ class Combo:
         return self.algorithm == "auto:untuned"
 
     @property
-    def bench_algorithm(self) -> str:
-        """The bench's --algorithm."""
-        return "auto" if self.untuned else self.algorithm
+    def calibrated(self) -> bool:
+        """`auto:calibrated`: algorithm="auto" with the layout's profile (`--profiles`)."""
+        return self.algorithm == "auto:calibrated"
 
     @property
-    def mpi_env(self) -> list[str]:
-        """mpiexec's -x flags for the settings the combo needs."""
-        return ["-x", "ZIPCOLL_TUNE=0"] if self.untuned else []
+    def bench_algorithm(self) -> str:
+        """The bench's --algorithm."""
+        return "auto" if self.untuned or self.calibrated else self.algorithm
+
+    def mpi_env(self, profile: Path | None = None) -> list[str]:
+        """mpiexec's -x flags for the settings the combo needs (`profile`: the layout's, for
+        `auto:calibrated`)."""
+        if self.untuned:
+            return ["-x", "ZIPCOLL_TUNE=0"]
+        if self.calibrated:
+            return ["-x", f"ZIPCOLL_PROFILE={profile}"]
+        return []
 
     @property
     def label(self) -> str:
@@ -278,7 +291,8 @@ def relative(path: Path) -> str:
 def learn_calls(combo: Combo) -> int:
     """Untimed calls a size before the timed ones: auto's learning (the all-reduce bench's
     --learn-calls), none for a fixed plan or the sharded benches."""
-    return AUTO_LEARN_CALLS if combo.algorithm == "auto" and not combo.prefix else 0
+    tuning = combo.algorithm == "auto" or combo.calibrated  # kinds not in the profile tune
+    return AUTO_LEARN_CALLS if tuning and not combo.prefix else 0
 
 
 def bench_argv(combo: Combo, segment: Segment, json_path: Path) -> list[str]:
@@ -366,6 +380,14 @@ class Target:
         return f"{self.layout.name}-{self.rate}"
 
 
+def layout_profile(target: Target, profiles: Path) -> Path:
+    """The profile `auto:calibrated` runs with on `target`: PROFILES/NAME.profile.json, NAME
+    the target's (2x2-1gbit) or, on one node, its layout's (1x4), as `autocheck.sh` names
+    what `zipcoll-bench calibrate --plans` wrote."""
+    name = target.layout.name if target.layout.nodes == 1 else target.name
+    return (profiles / f"{name}.profile.json").resolve()
+
+
 class Suite:
     """Runs the plan of every target, one bench run after another, printing progress."""
 
@@ -411,9 +433,19 @@ class Suite:
                     f"export PATH={Path(sys.executable).parent}:$PATH"]
         if target.layout.nodes > 1:
             commands.insert(1, f"export ZC_PREFIX={a.prefix}")
-        (target.out / "machine.txt").write_text(machine_text(target.layout, target.rate, self.env))
-        log = open(target.out / "runs.log", "w")
-        target.record = new_record(target, a)
+        adding = a.add and (target.out / "suite.json").exists()
+        machine = machine_text(target.layout, target.rate, self.env)
+        if adding:  # the earlier run's record, commands and log stay; its rows of these combos go
+            target.record = added_to(json.loads((target.out / "suite.json").read_text()),
+                                     [combo.label for combo, _ in target.runs])
+            commands = (target.out / "commands.txt").read_text().splitlines() + [
+                f"# added {target.record['added'][-1]['started']}"] + commands[1:]
+            with open(target.out / "machine.txt", "a") as f:
+                f.write(f"\n# at the added run ({target.record['added'][-1]['started']})\n" + machine)
+        else:
+            (target.out / "machine.txt").write_text(machine)
+            target.record = new_record(target, a)
+        log = open(target.out / "runs.log", "a" if adding else "w")
         ok = True
         try:
             if target.layout.nodes > 1:
@@ -429,7 +461,7 @@ class Suite:
                 json_path = raw / f"{combo.slug}--{segment.spec.replace(':', '-')}.json"
                 json_path.unlink(missing_ok=True)
                 argv, line = launch_argv(target.layout, bench_argv(combo, segment, json_path),
-                                         combo.mpi_env)
+                                         combo.mpi_env(layout_profile(target, a.profiles)))
                 commands.append(line)
                 (target.out / "commands.txt").write_text("\n".join(commands) + "\n")
                 load = load_average()
@@ -443,7 +475,8 @@ class Suite:
                 status = "ok" if rc == 0 else ("FAIL" if rc == 1 and json_path.exists() else f"rc={rc}")
                 ok &= rc == 0
                 self.progress(target, combo, segment, seconds, status)
-            target.record["codec_speeds"] = self.codec_speeds(target, log, commands)
+            target.record["codec_speeds"] = {**target.record.get("codec_speeds", {}),
+                                             **self.codec_speeds(target, log, commands)}
             add_bounds(target.record)
         finally:
             if target.layout.nodes > 1:
@@ -451,8 +484,8 @@ class Suite:
                 commands.append(shlex.join(down))
                 self.shell(down, log, check=False)
             (target.out / "commands.txt").write_text("\n".join(commands) + "\n")
-            target.record["finished"] = now()
-            target.record["load_average_end"] = load_average()
+            ended = target.record["added"][-1] if adding else target.record
+            ended["finished"], ended["load_average_end"] = now(), load_average()
             write_json(target.out / "suite.json", target.record)
             log.close()
         summary = summary_text(target.record)
@@ -528,7 +561,7 @@ class Suite:
             print(f"# {t.name}: {t.layout.describe(t.rate)} -> {relative(t.out)}")
             for (combo, segment), est in zip(t.runs, self.estimates[id(t)]):
                 _, line = launch_argv(t.layout, bench_argv(combo, segment, t.out / "raw" / f"{combo.slug}.json"),
-                                   combo.mpi_env)
+                                   combo.mpi_env(layout_profile(t, self.args.profiles)))
                 print(f"  ~{est:6.1f} s  {line}")
             print(f"# {t.name}: estimated {clock(sum(self.estimates[id(t)]))}")
         print(f"# total estimated {clock(self.total_estimate)} (model of cluster/README.md's figures, "
@@ -554,6 +587,15 @@ def new_record(target: Target, args: argparse.Namespace) -> dict:
         "description": layout.describe(target.rate), "quick": args.quick,
         "started": now(), "load_average_start": load_average(), "note": args.note, "combos": [],
     }
+
+
+def added_to(record: dict, labels: list[str]) -> dict:
+    """An earlier run's record, to which a run of the combos `labels` adds (`--add`): their
+    earlier entries go, and the record notes when the adding run started."""
+    record["combos"] = [c for c in record["combos"] if c["combo"] not in labels]
+    record.setdefault("added", []).append({"combos": labels, "started": now(),
+                                           "load_average_start": load_average()})
+    return record
 
 
 def add_run(record: dict, combo: Combo, segment: Segment, line: str, json_path: Path,
@@ -740,6 +782,10 @@ def summary_text(record: dict) -> str:
              f"Started {record['started']}, load average {record['load_average_start']} "
              f"(end: {record.get('load_average_end', '?')}). Speedup = native / zipcoll, "
              "both timed in the same run; native = median over the runs at that size."
+             + "".join(f" Added by a later run started {added['started']} (load average "
+                       f"{added['load_average_start']}, end: {added.get('load_average_end', '?')}): "
+                       f"{', '.join(added['combos'])}."
+                       for added in record.get("added", ()))
              + (f"\n\n**{record['note']}**" if record.get("note") else "")]
     benches = [COLLECTIVES[prefix] for prefix in COLLECTIVES]
     present = [(bench, native) for bench, native in benches
@@ -829,6 +875,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="zcs", help="cluster.sh ZC_PREFIX for the suite's cluster (default zcs)")
     p.add_argument("--run-timeout", type=float, default=900,
                    help="kill a bench run after max(this, 5x its estimate) seconds (default 900)")
+    p.add_argument("--profiles", type=Path, default=REPO / "benchmarks" / "results" / "autocheck",
+                   help="where auto:calibrated finds each layout's profile, NAME.profile.json "
+                        "(default: benchmarks/results/autocheck, autocheck.sh's)")
+    p.add_argument("--add", action="store_true",
+                   help="add these combos' rows to the layout's existing suite.json (replacing "
+                        "theirs), keeping the other combos' (their runs noted in summary.md)")
     p.add_argument("--note", default=None, help="a line for summary.md and suite.json, e.g. 'preliminary'")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     p.add_argument("--dry-run", action="store_true", help="print the plan, commands and estimate; run nothing")
@@ -870,6 +922,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         suite.dry_run()
         return 0
+    missing = sorted({str(layout_profile(t, args.profiles)) for t in suite.targets
+                      for combo, _ in t.runs if combo.calibrated
+                      and not layout_profile(t, args.profiles).exists()})
+    if missing:
+        print("suite: auto:calibrated needs each layout's profile (zipcoll-bench calibrate "
+              "--plans, e.g. by benchmarks/autocheck.sh); none at " + ", ".join(missing),
+              file=sys.stderr)
+        return 2
     if any(t.layout.nodes > 1 for t in suite.targets) and os.geteuid() != 0:
         print("suite: layouts of more than one node need root (network namespaces)", file=sys.stderr)
         return 2

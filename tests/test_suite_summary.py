@@ -146,8 +146,28 @@ def test_untuned_auto_runs_auto_with_tuning_off_on_both_launchers():
     assert "--learn-calls" in suite.bench_argv(suite.Combo.parse("auto+int8"), segment,
                                                suite.Path("x.json"))
     for layout in ("1x4", "2x2"):
-        launched, line = suite.launch_argv(suite.Layout.parse(layout), argv, combo.mpi_env)
+        launched, line = suite.launch_argv(suite.Layout.parse(layout), argv, combo.mpi_env())
         assert "-x ZIPCOLL_TUNE=0" in line
         assert launched.index("ZIPCOLL_TUNE=0") < launched.index("zipcoll-bench")
-    assert suite.Combo.parse("auto").mpi_env == []
+    assert suite.Combo.parse("auto").mpi_env() == []
     assert suite.combo_plan({"algorithm": "auto:untuned", "codec": "int8"}) is None
+
+
+def test_calibrated_auto_runs_with_the_layouts_profile_and_add_keeps_other_rows(tmp_path):
+    """auto:calibrated: ZIPCOLL_PROFILE is the layout's profile in --profiles (autocheck.sh's
+    names); --add replaces the rows of the combos it runs and keeps the others'."""
+    suite = load_suite()
+    combo = suite.Combo.parse("auto:calibrated+int8")
+    assert combo.calibrated and combo.bench_algorithm == "auto"
+    segment = suite.Segment((MiB,), None, None, 1.0)
+    assert "--learn-calls" in suite.bench_argv(combo, segment, suite.Path("x.json"))
+    for layout, rate, name in (("1x4", "shm", "1x4"), ("2x2", "1gbit", "2x2-1gbit")):
+        target = suite.Target(suite.Layout.parse(layout), rate, tmp_path, [])
+        profile = suite.layout_profile(target, tmp_path)
+        assert profile == (tmp_path / f"{name}.profile.json").resolve()
+        assert combo.mpi_env(profile) == ["-x", f"ZIPCOLL_PROFILE={profile}"]
+    record = {"combos": [{"combo": "ring", "rows": [row(MiB, 1)]},
+                         {"combo": "auto:calibrated", "rows": [row(MiB, 9)]}]}
+    added = suite.added_to(record, ["auto:calibrated"])
+    assert [c["combo"] for c in added["combos"]] == ["ring"]
+    assert added["added"][0]["combos"] == ["auto:calibrated"]
