@@ -162,6 +162,11 @@ def as_array(obj: Any, *, writable: bool = False) -> Buffer:
     >>> buf.array.shape, buf.device
     ((6,), 'host')
     """
+    if type(obj) is np.ndarray:  # the common case first (subclasses take the long way)
+        buf = _flat(obj, obj, HOST)
+        if writable and not obj.flags.writeable:
+            raise ValueError("the receive buffer (ndarray) is read-only")
+        return buf
     if obj is None or obj is MPI.IN_PLACE or obj is MPI.BOTTOM:
         raise TypeError(f"expected a buffer, got {obj!r}")
     if is_buffer_spec(obj):

@@ -85,7 +85,7 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
 
     def prepare() -> Plan:
         plan = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
-                         ctx.layout(topology), ctx.selector)
+                         ctx.layout(topology), ctx.selector, ctx.plans)
         if plan.dropped is not None and not ctx.warned_codec_dropped:
             ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
             text = codec_not_applied(plan, ctx.selector.profile)

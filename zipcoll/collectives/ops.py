@@ -53,6 +53,7 @@ _OPS = [
     ReduceOp("bxor", MPI.BXOR, "bitwise_xor", "iu"),
 ]
 BY_NAME = {op.name: op for op in _OPS}
+_BY_HANDLE = {op.mpi.handle: op for op in _OPS}
 OP_NAMES = tuple(BY_NAME)
 
 
@@ -64,9 +65,9 @@ def lookup(op: Any) -> ReduceOp | MPI.Op:
         except KeyError:
             raise ValueError(f"unknown op {op!r}; expected one of {', '.join(OP_NAMES)}") from None
     if isinstance(op, MPI.Op):
-        for known in _OPS:
-            if op == known.mpi:
-                return known
+        known = _BY_HANDLE.get(op.handle)  # predefined ops are never freed: their handles stay
+        if known is not None:
+            return known
         if op == MPI.OP_NULL:
             raise ValueError("op is MPI.OP_NULL")
         return op  # user-defined: only the MPI library can apply it

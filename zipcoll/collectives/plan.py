@@ -16,7 +16,7 @@ from typing import Any, Hashable, Mapping
 import numpy as np
 from mpi4py import MPI
 
-from zipcoll import buffers
+from zipcoll import buffers, settings
 from zipcoll.buffers import Buffer
 from zipcoll.collectives import encoding, registry
 from zipcoll.collectives.planning.plans import PlanShape, codec_idle, codec_spec
@@ -86,14 +86,92 @@ class Plan:
 
 
 def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, key: Hashable,
-              topology: Topology, selector: Selector | None = None) -> Plan:
+              topology: Topology, selector: Selector | None = None,
+              cache: dict | None = None) -> Plan:
     """All local checks of one call; raises TypeError/ValueError, touching nothing.
 
-    `selector` (the communicator's `planning.Selector`) decides "auto"."""
+    `selector` (the communicator's `planning.Selector`) decides "auto". `cache` (the
+    communicator's, kept between calls): plans already checked, by the arguments that
+    decide them (`_cache_key`); a call like an earlier one checks only its buffers."""
+    send, recv = _buffers(sendbuf, recvbuf)
+    found = None if cache is None else _cache_key(send, recv, op, algorithm, codec, key,
+                                                  topology)
+    if found is not None and settings.get() is not cache.get(_SETTINGS):
+        cache.clear()  # settings changed (slice sizes, ...): every plan is checked anew
+        cache[_SETTINGS] = settings.get()
+    template = None if found is None else cache.get(found)
+    if template is not None:
+        if recv is None:
+            recv = _new_result(send)
+        else:
+            _check_matching(send, recv)
+        return _with_buffers(template, send, recv, recvbuf)
+    plan = _checked(send, recv, recvbuf, op, algorithm, codec, key, topology, selector)
+    if found is not None and _stateless(codec):
+        if len(cache) > _CACHED_PLANS:
+            cache.clear()
+            cache[_SETTINGS] = settings.get()
+        cache[found] = _with_buffers(plan, None, None, None)  # holds none of the caller's
+    return plan
+
+
+_SETTINGS = "settings"  # a plan cache's entry: the settings its plans were made under
+_CACHED_PLANS = 64
+
+
+def _cache_key(send: Buffer | None, recv: Buffer | None, op: Any, algorithm: str, codec: Any,
+               key: Hashable, topology: Topology) -> tuple | None:
+    """What decides a call's plan besides its buffers' memory: None where it cannot be
+    cached (a user-defined op, a codec object or per-level spec, an unhashable argument)."""
+    if not (codec is None or isinstance(codec, str)) or not isinstance(algorithm, str):
+        return None
+    if isinstance(op, str):
+        op_key = op.lower()
+    elif isinstance(op, MPI.Op):
+        try:
+            known = lookup(op)
+        except ValueError:
+            return None
+        if not isinstance(known, ReduceOp):
+            return None
+        op_key = known.name
+    else:
+        return None
+    source = send if send is not None else recv
+    if source is None:
+        return None
+    found = (algorithm, op_key, codec, key, topology, send is None, recv is None,
+             source.dtype, source.device, type(source.array), source.count)
+    try:
+        hash(found)
+    except TypeError:
+        return None
+    return found
+
+
+def _stateless(codec: Any) -> bool:
+    """Whether a codec argument gives the same codec object every call (so a cached plan
+    may hold it): none, or a spec of a codec without state (`_codec`)."""
+    if codec is None:
+        return True
+    parsed = _parsed(codec)
+    return not (parsed.stochastic or isinstance(parsed, ErrorFeedback))
+
+
+def _with_buffers(plan: Plan, send: Buffer | None, recv: Buffer | None, recvbuf: Any) -> Plan:
+    """`plan` with other buffers (a shallow copy: the rest is shared, and never changed)."""
+    new = object.__new__(Plan)
+    new.__dict__.update(plan.__dict__)
+    new.send, new.recv, new.recvbuf = send, recv, recvbuf
+    return new
+
+
+def _checked(send: Buffer | None, recv: Buffer | None, recvbuf: Any, op: Any, algorithm: str,
+             codec: Any, key: Hashable, topology: Topology, selector: Selector | None) -> Plan:
+    """make_plan's checks past the buffers' own, and the plan."""
     schedule, inner = registry.parse(algorithm)
     mean = isinstance(op, str) and op.lower() == "mean"
     reduce_op = BY_NAME["sum"] if mean else lookup(op)
-    send, recv = _buffers(sendbuf, recvbuf)
     source = send if send is not None else recv
     to_mpi = buffers.handed_to_mpi(source)
     check_supported(reduce_op, source.dtype)
@@ -280,6 +358,9 @@ def _check_disjoint(send: Buffer, recv: Buffer) -> None:
     read sendbuf, so aliased buffers would give wrong sums that differ across ranks."""
     if send.count == 0:
         return
+    if (type(send.array) is np.ndarray and type(recv.array) is np.ndarray
+            and not np.may_share_memory(send.array, recv.array[:send.count])):
+        return  # host arrays whose memory bounds do not meet (one C call)
     send_start, send_end = buffers.byte_range(send)
     recv_start, recv_end = buffers.byte_range(recv, send.count)
     if send_start < recv_end and recv_start < send_end:
