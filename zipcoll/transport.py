@@ -109,11 +109,15 @@ class Transport:
     # -- point to point ------------------------------------------------------------
     def isend(self, arr: Any, dest: int, tag: int) -> MPI.Request:
         """Start sending the bytes of a contiguous array (any number of them)."""
+        if _nbytes(arr) <= max_count():  # the common case, without a context manager
+            return self.comm.Isend([arr, MPI.BYTE], dest, tag)
         with _as_bytes(arr) as spec:
             return self.comm.Isend(spec, dest, tag)
 
     def irecv(self, arr: Any, source: int, tag: int) -> MPI.Request:
         """Start receiving into the bytes of a contiguous array (any number of them)."""
+        if _nbytes(arr) <= max_count():
+            return self.comm.Irecv([arr, MPI.BYTE], source, tag)
         with _as_bytes(arr) as spec:
             return self.comm.Irecv(spec, source, tag)
 
@@ -252,6 +256,8 @@ class Transport:
 
 
 def _nbytes(arr: Any) -> int:
+    if type(arr) is np.ndarray:
+        return arr.nbytes
     return int(arr.size) * np.dtype(arr.dtype).itemsize
 
 
@@ -306,8 +312,10 @@ class Agreement:
     """
 
     def __init__(self, comm: MPI.Comm, values: list[int]):
-        self._n = len(values)
-        self._local = np.array(list(values) + [-v for v in values], dtype=np.int64)
+        self._n = n = len(values)
+        self._local = np.empty(2 * n, np.int64)
+        self._local[:n] = values
+        np.negative(self._local[:n], out=self._local[n:])
         self._out = np.empty_like(self._local)
         self.request = comm.Iallreduce(self._local, self._out, MPI.MIN)
 

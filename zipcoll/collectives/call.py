@@ -95,7 +95,9 @@ class Started:
                                          self.error, call.what, lambda: call.shown(self.plan),
                                          lambda: tuner.slots(turn))
                 # the tuner reads agreements in start order: the same sequence on every rank
-                yield from tuner.in_order(turn)
+                gate = tuner.in_order(turn)
+                if gate is not None:
+                    yield gate
                 tuner.learn(turn, highs[len(highs) - SLOTS:])
                 self.highs = highs[:len(highs) - SLOTS]
                 if call.check and call.tune is not None:
@@ -105,8 +107,9 @@ class Started:
                 if self.error is not None:
                     raise self.error
             tuner.done(turn)
-            if ticket is not None:
-                yield from ctx.collective_turn(ticket)
+            gate = None if ticket is None else ctx.collective_turn(ticket)
+            if gate is not None:
+                yield gate
             if not t.tag_turn(tag, tag_ticket):  # the block wrapped onto a call in flight
                 yield Gate(lambda: t.tag_turn(tag, tag_ticket))
             began = tuner.clock()

@@ -49,6 +49,7 @@ class Context:
         self.warned_codec_dropped = False  # CodecNotApplied: once per communicator
         self.agreed_settings: int | None = None  # `Settings.code` the ranks last agreed on
         self.tuner = Tuner(transport.rank)  # algorithm="auto"'s online tuning
+        self.plans: dict = {}  # checked plans by their arguments (`plan.make_plan`'s cache)
 
     @property
     def ready(self) -> bool:
@@ -140,10 +141,12 @@ class Context:
         self._requested.update(new)
         return bool(new)
 
-    def my_turn(self, turn: int) -> Steps:
-        """Wait until every call older than number `turn` has posted its agreement."""
-        if self.agreements_posted != turn:
-            yield Gate(lambda: self.agreements_posted == turn)
+    def my_turn(self, turn: int) -> Gate | None:
+        """A step that waits until every call older than number `turn` has posted its
+        agreement; None when they have."""
+        if self.agreements_posted == turn:
+            return None
+        return Gate(lambda: self.agreements_posted == turn)
 
     def pass_turn(self, turn: int) -> None:
         """Call `turn` has posted its agreement, or will post none (idempotent)."""
@@ -153,10 +156,12 @@ class Context:
             self._passed.discard(self.agreements_posted)
             self.agreements_posted += 1
 
-    def collective_turn(self, ticket: object) -> Steps:
-        """Wait until every older call that runs MPI collectives here has ended."""
-        if self.collective_turns[0] is not ticket:
-            yield Gate(lambda: self.collective_turns[0] is ticket)
+    def collective_turn(self, ticket: object) -> Gate | None:
+        """A step that waits until every older call that runs MPI collectives here has
+        ended; None when they have."""
+        if self.collective_turns[0] is ticket:
+            return None
+        return Gate(lambda: self.collective_turns[0] is ticket)
 
     def next_tag(self) -> int:
         """The first tag of a new call's block (taken at start, in start order)."""

@@ -175,7 +175,11 @@ class Engine:
                 if not pending:
                     raise RuntimeError("zipcoll progress engine: nothing in flight can satisfy "
                                        "the wait (a schedule yielded no request)")
-                MPI.Request.Waitany(pending)
+                if extra is None and len(self._live) == 1 and type(self._live[0]._pending) is list:
+                    # one call, whose step needs all its requests: nothing else to move meanwhile
+                    MPI.Request.Waitall(pending)
+                else:
+                    MPI.Request.Waitany(pending)
 
     def wait_mpi(self, request: MPI.Request) -> None:
         """Wait for one MPI request, advancing the live calls meanwhile."""

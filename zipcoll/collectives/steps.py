@@ -178,7 +178,11 @@ class Slots:
 
     def __init__(self, t: Transport, count: int, nbytes: int, xp: Any):
         self._t, self._xp = t, xp
-        size = (max(nbytes, 1) + 7) & ~7
+        if nbytes <= 0:  # nothing to hold (lossless data lands in place): borrow nothing
+            self._space = None
+            self.slots = [_NO_BYTES if xp is np else xp.empty(0, np.uint8)] * count
+            return
+        size = (nbytes + 7) & ~7
         self._space = t.borrow(size * count, np.uint8, xp)
         self.slots = [self._space.array[i * size:(i + 1) * size] for i in range(count)]
 
@@ -186,7 +190,11 @@ class Slots:
         return self.slots[i]
 
     def give_back(self) -> None:
-        self._t.give_back(self._space, self._xp)
+        if self._space is not None:
+            self._t.give_back(self._space, self._xp)
+
+
+_NO_BYTES = np.empty(0, np.uint8)
 
 
 def reduce_in_rank_order(enc: Encoding, packed: list, buf: Any) -> None:

@@ -54,7 +54,6 @@ from zipcoll.collectives.planning.profile import Profile
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket, spec_of
 from zipcoll.collectives.progress import Gate
 from zipcoll.collectives.registry import SCHEDULES
-from zipcoll.collectives.schedule import Steps
 
 LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 3      # candidates carrying the allowed codec
@@ -225,6 +224,8 @@ class Tuner:
     def slots(self, turn: int) -> list[int]:
         """What call `turn`'s agreement carries: for each of the WINDOW calls before it,
         (t, -t) with t this rank's microseconds for it, 0 where not finished or not tuned."""
+        if not self._took:  # no tuned call finished lately (every named algorithm's case)
+            return [0] * SLOTS
         for old in [t for t in self._took if t < turn - WINDOW]:
             del self._took[old]
         out = []
@@ -234,15 +235,17 @@ class Tuner:
             out += [us, -us]
         return out
 
-    def in_order(self, turn: int) -> Steps:
-        """Wait until every older call's agreement has been read (or passed)."""
-        if self._read != turn:
-            yield Gate(lambda: self._read == turn)
+    def in_order(self, turn: int) -> Gate | None:
+        """A step that waits until every older call's agreement has been read (or passed);
+        None when they have."""
+        return None if self._read == turn else Gate(lambda: self._read == turn)
 
     def learn(self, turn: int, highs: Any) -> None:
         """Read call `turn`'s agreed slots (their maxima; in start order, after `in_order`):
         a time every rank had is the slowest rank's; one some rank lacked waits, and is
         lost once out of the window."""
+        if not self._ran:  # no tuned call waits for its time
+            return
         for back in range(1, WINDOW + 1):
             ran = self._ran.get(turn - back)
             if ran is None:
