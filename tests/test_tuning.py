@@ -22,7 +22,7 @@ def agreed(rows):
     return np.max(np.array(rows, dtype=np.int64), axis=0)
 
 
-def simulate(ranks, calls, in_flight, seed, table):
+def simulate(ranks, calls, in_flight, seed, table, key=KEY):
     """Every rank starts `calls` calls, at most `in_flight` unfinished; each rank finishes
     them in its own random order and at its own moments. The plans decided, per rank."""
     rng = random.Random(seed)
@@ -41,7 +41,7 @@ def simulate(ranks, calls, in_flight, seed, table):
         highs = agreed([t.slots(turn) for t in tuners])
         for r, t in enumerate(tuners):
             t.learn(turn, highs[len(highs) - SLOTS:])
-            plan = t.decide(turn, KEY, DEFAULT_PROFILE, 4 << 20)
+            plan = t.decide(turn, key, DEFAULT_PROFILE, 4 << 20)
             t.done(turn)
             decided[r].append(plan)
             unfinished[r].add(turn)
@@ -122,3 +122,21 @@ def test_a_plan_warms_up_once_per_communicator_not_once_per_kind():
         # each candidate TRIALS timed calls, plus its warm-up where cold, plus one call
         # whose time the next agreement brings
         assert calls <= tuning.TRIALS * len(kind.candidates) + warm_ups + 1, (key, calls)
+
+
+def test_every_candidate_is_timed_once_before_any_twice():
+    """With int8 allowed the lossless candidates may be 4x slower: each runs its warm-up
+    and one timed call only, whatever its place in the model's order."""
+    key = key_of(4 << 20, "float32", "sum", "int8", TOPOLOGY, True)
+    kind = Tuner().kind(key, DEFAULT_PROFILE)
+    lossless = [p for p in kind.candidates if p.inter_codec is None]
+    assert lossless and len(lossless) < len(kind.candidates)
+
+    def table(plan, rank):
+        return 4e-3 if plan.inter_codec is None else 1e-3
+
+    decided, tuners = simulate(2, 60, 1, 0, table, key)
+    learned = tuners[0].kinds[key]
+    assert not learned.learning
+    for plan in lossless:
+        assert decided[0].count(plan) <= 2 and plan in learned.dropped, (plan, decided[0])

@@ -3,8 +3,8 @@
 The cost model prices plans from a profile; without a calibration run that profile is
 the defaults, which may describe another network. So the first calls of each kind (size
 bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
-key) run the model's best few candidates in turn, each timed as the slowest rank saw
-it; a plan's first call on the communicator (for a dtype) is its untimed warm-up (Numba
+key) run the model's best few candidates in turn, each timed once before any is timed
+twice, as the slowest rank saw it; a plan's first call on the communicator (for a dtype) is its untimed warm-up (Numba
 compiles its kernels, sub-communicators are split), in whichever kind it comes first; then the fastest runs, and one call in ``RECHECK`` runs a runner-up, so a changed
 machine or network is noticed. A candidate more than ``DROP`` x the best so far is
 dropped after its first timed call, for good (and so is a best that becomes that slow).
@@ -56,7 +56,7 @@ from zipcoll.collectives.progress import Gate
 from zipcoll.collectives.registry import SCHEDULES
 
 LOSSLESS = 3   # lossless candidates tried per kind
-CODED = 3      # candidates carrying the allowed codec
+CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
 TRIALS = 2     # timed calls of each candidate before the fastest is settled on
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
@@ -124,6 +124,10 @@ class Kind:
         return self.cold(plan) or (len(self.times.get(plan, ())) + self.pending.get(plan, 0)
                                    < TRIALS and tries < TRIES)
 
+    def _timed_or_due(self, plan: PlanShape) -> int:
+        """`plan`'s times learned or in flight (ties keep the model order: `min` is stable)."""
+        return len(self.times.get(plan, ())) + self.pending.get(plan, 0)
+
     def cold(self, plan: PlanShape) -> bool:
         """Whether `plan`'s next call is its warm-up (its first on the communicator)."""
         return (plan, self.dtype) not in self.warmed
@@ -138,12 +142,16 @@ class Kind:
                                  and self.tries.get(c, 0) < TRIES for c in self._alive)
 
     def choose(self) -> PlanShape:
-        """The next call's plan: the first candidate (model order) still owed a call, else
-        the best (or, one call in RECHECK, a runner-up in turn); then counts its try."""
+        """The next call's plan: of the candidates still owed a call, the first (model
+        order) of those with the fewest times so far, so every candidate is timed once
+        before any is timed twice and one much slower than the others is dropped after
+        that one call; else the best (or, one call in RECHECK, a runner-up in turn); then
+        counts its try."""
         self.calls += 1
         plan = None
         if self._learning:
-            plan = next((c for c in self._alive if self._owed(c)), None)
+            owed = [c for c in self._alive if self._owed(c)]
+            plan = min(owed, key=self._timed_or_due, default=None)
         if plan is None:
             plan = self._best or self._alive[0]
             others = len(self._alive) - 1
