@@ -437,7 +437,7 @@ class Suite:
         machine = machine_text(target.layout, target.rate, self.env)
         if adding:  # the earlier run's record, commands and log stay; its rows of these combos go
             target.record = added_to(json.loads((target.out / "suite.json").read_text()),
-                                     [combo.label for combo, _ in target.runs])
+                                     list(dict.fromkeys(combo.label for combo, _ in target.runs)))
             commands = (target.out / "commands.txt").read_text().splitlines() + [
                 f"# added {target.record['added'][-1]['started']}"] + commands[1:]
             with open(target.out / "machine.txt", "a") as f:
