@@ -140,3 +140,16 @@ def test_every_candidate_is_timed_once_before_any_twice():
     assert not learned.learning
     for plan in lossless:
         assert decided[0].count(plan) <= 2 and plan in learned.dropped, (plan, decided[0])
+
+
+def test_on_one_node_no_plan_that_carries_the_codec_is_tried():
+    """auto compresses only across nodes: with a codec allowed on one node, the tuning's
+    candidates are lossless ones only (a flat plan would apply the codec there)."""
+    one_node = Topology.from_layout(4, 0, ranks_per_node=4)
+    for spec in ("int8", "int2", "topk:ratio=0.01"):
+        kind = Tuner().kind(key_of(4 << 20, "float32", "sum", spec, one_node, True),
+                            DEFAULT_PROFILE)
+        assert kind is not None and kind.candidates
+        assert all(p.inter_codec is None and p.intra_codec is None for p in kind.candidates)
+    across = Tuner().kind(KEY, DEFAULT_PROFILE)
+    assert any(p.inter_codec for p in across.candidates)

@@ -89,7 +89,8 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
         if plan.dropped is not None and not ctx.warned_codec_dropped:
             ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
             text = codec_not_applied(plan, ctx.selector.profile)
-            if tuning and ctx.tuner.kind(plan.auto[5], ctx.selector.profile):  # alike everywhere
+            kind = ctx.tuner.kind(plan.auto[5], ctx.selector.profile) if tuning else None
+            if kind is not None and any(p.inter_codec for p in kind.candidates):  # alike everywhere
                 text += (" auto is also timing plans that carry the codec on this job's first "
                          "calls of this size (online tuning): it applies the codec if one of "
                          "them is the fastest.")

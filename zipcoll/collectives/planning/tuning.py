@@ -380,7 +380,10 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
         return None  # one rank: a copy; measured: what the job did already decides
     lossless = [p for _, p in ranked if p.inter_codec is None and p.intra_codec is None]
-    coded = [p for _, p in ranked if p.inter_codec is not None and not codec_idle(p, shape)]
+    # auto compresses only across nodes (a node's shared memory is faster than any codec
+    # here): on one node no coded plan is tried either, lossy codec allowed or not
+    coded = [] if shape.nodes == 1 else [p for _, p in ranked if p.inter_codec is not None
+                                         and not codec_idle(p, shape)]
     # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
     own = [p for p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
     chosen = set(lossless[:LOSSLESS] + coded[:CODED] + own)
