@@ -97,8 +97,7 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     found = None if cache is None else _cache_key(send, recv, op, algorithm, codec, key,
                                                   topology)
     if found is not None and settings.get() is not cache.get(_SETTINGS):
-        cache.clear()  # settings changed (slice sizes, ...): every plan is checked anew
-        cache[_SETTINGS] = settings.get()
+        _emptied(cache)  # settings changed (slice sizes, ...): every plan is checked anew
     template = None if found is None else cache.get(found)
     if template is not None:
         if recv is None:
@@ -109,14 +108,19 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
     plan = _checked(send, recv, recvbuf, op, algorithm, codec, key, topology, selector)
     if found is not None and _stateless(codec):
         if len(cache) > _CACHED_PLANS:
-            cache.clear()
-            cache[_SETTINGS] = settings.get()
+            _emptied(cache)
         cache[found] = _with_buffers(plan, None, None, None)  # holds none of the caller's
     return plan
 
 
 _SETTINGS = "settings"  # a plan cache's entry: the settings its plans were made under
 _CACHED_PLANS = 64
+
+
+def _emptied(cache: dict) -> None:
+    """Drop every cached plan; those made from now on are under the settings in force."""
+    cache.clear()
+    cache[_SETTINGS] = settings.get()
 
 
 def _cache_key(send: Buffer | None, recv: Buffer | None, op: Any, algorithm: str, codec: Any,
@@ -143,7 +147,7 @@ def _cache_key(send: Buffer | None, recv: Buffer | None, op: Any, algorithm: str
     found = (algorithm, op_key, codec, key, topology, send is None, recv is None,
              source.dtype, source.device, type(source.array), source.count)
     try:
-        hash(found)
+        hash(found)  # an unhashable key: not cached (make_plan's check raises its error)
     except TypeError:
         return None
     return found
