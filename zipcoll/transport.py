@@ -147,6 +147,10 @@ class Transport:
         `op`), of at most max_count() items: the caller chunks larger ones."""
         return self.comm.Iallreduce(send, recv, op)
 
+    def allreduce_native(self, send: Any, recv: Any, op: MPI.Op) -> None:
+        """`iallreduce_native`, blocking: MPI's Allreduce."""
+        self.comm.Allreduce(send, recv, op)
+
     def ireduce_scatter_native(self, send: Any, recv: Any, counts: list[int],
                                op: MPI.Op) -> MPI.Request:
         """The MPI library's own Ireduce_scatter (typed by mpi4py, so MPI applies `op`):

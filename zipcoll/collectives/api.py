@@ -102,7 +102,7 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
                       lambda plan: _shown(plan, algorithm),
                       lambda plan: _collective(ctx, plan, tuning),
                       lambda plan: ctx.first_use(split_keys(plan)),
-                      lambda plan, tag, _: steps_for(ctx.transport, plan, tag),
+                      lambda plan, tag, _, may_block: steps_for(ctx.transport, plan, tag, may_block),
                       lambda plan: plan.outcome(), check,
                       (lambda plan, turn: _tuned(ctx, plan, turn)) if tuning else None), blocking)
 

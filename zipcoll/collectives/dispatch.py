@@ -15,6 +15,7 @@ from zipcoll.collectives.plan import Plan
 from zipcoll.collectives.registry import SCHEDULES
 from zipcoll.collectives.slicing import slicing_of
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
+from zipcoll.collectives.schedules.native import native_blocking
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels, two_level
 from zipcoll.codecs import Codec
@@ -22,19 +23,20 @@ from zipcoll.codecs.base import cpu_kernels
 from zipcoll.transport import Transport, cuda_aware
 
 
-def steps_for(t: Transport, plan: Plan, tag: int) -> Steps:
+def steps_for(t: Transport, plan: Plan, tag: int, may_block: bool = False) -> Steps:
     """The steps of `plan`, with tags from `tag` on; device data goes through host memory
-    if MPI cannot read it."""
+    if MPI cannot read it. `may_block`: the call may run MPI's blocking Allreduce (every
+    rank agreed that nothing else of its thread is in flight: `call.Call`)."""
     if plan.work_dtype != plan.recv.dtype:
-        return _widened(t, plan, tag)
+        return _widened(t, plan, tag, may_block)
     send = plan.send.array if plan.send is not None else None
     recv = plan.recv
     if recv.device == HOST:
-        return _steps_on(t, plan, send, recv.array, np, tag)
+        return _steps_on(t, plan, send, recv.array, np, tag, may_block=may_block)
     buffers.synchronize(recv)  # the producer's stream: before MPI or a copy reads the memory
     device = devices.device_of(recv)
     if not devices.needs_staging(recv, cuda_aware()):  # MPI reads the device memory itself
-        return _steps_on(t, plan, send, recv.array, device.xp or np, tag)
+        return _steps_on(t, plan, send, recv.array, device.xp or np, tag, may_block=may_block)
     if plan.codec is None and plan.intra_codec is None:
         return _staged(t, plan, device, tag)
     # the codec encodes on the device; only packed bytes cross to the host
@@ -42,7 +44,7 @@ def steps_for(t: Transport, plan: Plan, tag: int) -> Steps:
                      stage=staging.Stage(device, t))
 
 
-def _widened(t: Transport, plan: Plan, tag: int) -> Steps:
+def _widened(t: Transport, plan: Plan, tag: int, may_block: bool) -> Steps:
     """bfloat16: the plan's schedule on a float32 copy, rounded once into the result.
 
     Partial sums stay float32 on the wire and in every accumulator (as NCCL reduces
@@ -59,7 +61,7 @@ def _widened(t: Transport, plan: Plan, tag: int) -> Steps:
 
     def steps() -> Steps:
         widen_bfloat16(source[: plan.count], work)  # when the call starts: nothing read sooner
-        yield from steps_for(t, inner, tag)
+        yield from steps_for(t, inner, tag, may_block)
         round_to_bfloat16(work, plan.recv.array[: plan.count])
 
     return steps()
@@ -76,13 +78,14 @@ def round_to_bfloat16(source: np.ndarray, out: np.ndarray) -> None:
 
 
 def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
-              stage: staging.Stage | None = None) -> Steps:
+              stage: staging.Stage | None = None, may_block: bool = False) -> Steps:
     """The schedule's steps on `recv` (and `send`), scratch from `xp`; `stage` wraps each
-    encoding (device data staged through host memory)."""
+    encoding (device data staged through host memory); `may_block`: as `steps_for`."""
     recv = recv[: plan.count]
     schedule = plan.schedule
     if schedule.native:
-        steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send)
+        run = native_blocking if may_block else schedule.run
+        steps = run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send)
     elif schedule.two_level:
         steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, stage))
     else:

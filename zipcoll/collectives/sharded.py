@@ -608,7 +608,7 @@ def _start(kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, comm: MP
                       lambda plan: _shown(plan, algorithm),
                       lambda plan: _collective(ctx.transport, plan),
                       lambda plan: plan.schedule.two_level and ctx.first_use([_layout(plan)]),
-                      lambda plan, tag, _: _steps(ctx.transport, plan, tag),
+                      lambda plan, tag, _, __: _steps(ctx.transport, plan, tag),
                       lambda plan: plan.outcome(), settings.get().check), blocking)
 
 

@@ -117,7 +117,7 @@ def _run(values: Any, indices: Any, comm: MPI.Intracomm, algorithm: str, size: i
     ctx = context_for(comm)
     abort_on_error.install()
 
-    def steps(call: SparseCall, tag: int, highs: Any) -> Steps:
+    def steps(call: SparseCall, tag: int, highs: Any, may_block: bool) -> Steps:
         largest_nnz = int(highs[len(_FIELDS)])
         combined = yield from _combined(ctx.transport, call, largest_nnz if call.k is None
                                         else call.k, tag)

@@ -32,6 +32,19 @@ def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
         yield [t.iallreduce_native(source, buf[lo:hi], op)]
 
 
+def native_blocking(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
+                    send: Any = None) -> Steps:
+    """`native` with MPI's blocking Allreduce: for a call that blocks anyway, on every rank,
+    with nothing else in flight on its thread to advance meanwhile (`call.Call`). Both
+    forms must not mix in one call (MPI matches blocking collectives only with blocking
+    ones): every rank runs this one or every rank runs `native`, from agreed numbers."""
+    op = getattr(enc.op, "mpi", enc.op)
+    for lo, hi in native_chunks(buf.size):
+        source = MPI.IN_PLACE if send is None else send[lo:hi]
+        t.allreduce_native(source, buf[lo:hi], op)
+    yield from ()
+
+
 def native_chunks(count: int) -> list[tuple[int, int]]:
     """The (start, stop) item ranges of `native`'s calls: as few as the count limit allows."""
     return chunk_bounds(count, max(1, -(-count // transport.max_count())))
