@@ -65,12 +65,12 @@ class Call:
 class Started:
     """A Call's run: its plan (or rejection), found at start when the communicator is ready."""
 
-    def __init__(self, call: Call):
+    def __init__(self, call: Call, alone: bool):
         self.call = call
+        self.alone = alone  # a blocking call, no other call live on its thread at its start
         self.plan: Any = None
         self.error: BaseException | None = None
         self.highs: Any = None
-        self.alone = False  # a blocking call, no other call live on its thread at its start
         self.may_block = False  # every rank's call is alone (agreed)
 
     def _prepare(self) -> None:
@@ -144,9 +144,8 @@ def start(call: Call, blocking: bool) -> Request:
     """
     engine = current()
     call.ctx.claim(engine)
-    started = Started(call)
     # nothing can join a blocking call's engine while it waits: its thread is in the wait
-    started.alone = blocking and not engine.busy
+    started = Started(call, alone=blocking and not engine.busy)
     request = Request(engine, started.steps(), started.outcome, lambda: started.plan)
     if started.error is not None and not blocking:
         raise started.error

@@ -15,7 +15,6 @@ from zipcoll.collectives.plan import Plan
 from zipcoll.collectives.registry import SCHEDULES
 from zipcoll.collectives.slicing import slicing_of
 from zipcoll.collectives.schedule import Steps, chunk_bounds, copy_in, pipelined
-from zipcoll.collectives.schedules.native import native_blocking
 from zipcoll.collectives.steps import Compressed, Encoding, Lossless
 from zipcoll.collectives.twolevel import Levels, two_level
 from zipcoll.codecs import Codec
@@ -84,8 +83,8 @@ def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
     recv = recv[: plan.count]
     schedule = plan.schedule
     if schedule.native:
-        run = native_blocking if may_block else schedule.run
-        steps = run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send)
+        steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
+                             blocking=may_block)
     elif schedule.two_level:
         steps = _sliced(plan, recv, send, tag, _two_level(t, plan, tag, xp, stage))
     else:

@@ -19,30 +19,23 @@ from zipcoll.transport import Transport
 
 
 def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
-           send: Any = None) -> Steps:
+           send: Any = None, blocking: bool = False) -> Steps:
     """MPI's Iallreduce into `buf`, from `send` or in place: one call per chunk of at most
     `transport.max_count()` items (MPI counts are C ints), one after another, in the same
     order on every rank (collectives match by order).
 
     `enc.op` may be a user-defined MPI.Op: only the MPI library can apply one.
+    `blocking`: MPI's Allreduce instead, for a call that blocks anyway with nothing else
+    of its thread in flight to advance meanwhile, on every rank (`call.Call`): the two
+    forms never mix in one call (MPI matches blocking collectives only with blocking ones).
     """
     op = getattr(enc.op, "mpi", enc.op)
     for lo, hi in native_chunks(buf.size):
         source = MPI.IN_PLACE if send is None else send[lo:hi]
-        yield [t.iallreduce_native(source, buf[lo:hi], op)]
-
-
-def native_blocking(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
-                    send: Any = None) -> Steps:
-    """`native` with MPI's blocking Allreduce: for a call that blocks anyway, on every rank,
-    with nothing else in flight on its thread to advance meanwhile (`call.Call`). Both
-    forms must not mix in one call (MPI matches blocking collectives only with blocking
-    ones): every rank runs this one or every rank runs `native`, from agreed numbers."""
-    op = getattr(enc.op, "mpi", enc.op)
-    for lo, hi in native_chunks(buf.size):
-        source = MPI.IN_PLACE if send is None else send[lo:hi]
-        t.allreduce_native(source, buf[lo:hi], op)
-    yield from ()
+        if blocking:
+            t.allreduce_native(source, buf[lo:hi], op)
+        else:
+            yield [t.iallreduce_native(source, buf[lo:hi], op)]
 
 
 def native_chunks(count: int) -> list[tuple[int, int]]:
