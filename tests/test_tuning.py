@@ -11,6 +11,7 @@ import pytest
 
 from zipcoll.collectives.planning import DEFAULT_PROFILE
 from zipcoll.collectives.planning import tuning
+from zipcoll.collectives.planning.plans import PlanShape
 from zipcoll.collectives.planning.tuning import SLOTS, Tuner, key_of
 from zipcoll.topologies import Topology
 
@@ -153,3 +154,24 @@ def test_on_one_node_no_plan_that_carries_the_codec_is_tried():
         assert all(p.inter_codec is None and p.intra_codec is None for p in kind.candidates)
     across = Tuner().kind(KEY, DEFAULT_PROFILE)
     assert any(p.inter_codec for p in across.candidates)
+
+
+def test_plans_the_model_prices_alike_are_all_tried_up_to_a_bound():
+    names = ["ring", "twophase", "rabenseifner", "allgather", "bruck", "tree", "dbtree", "recdoubling"]
+    plans = [PlanShape(n) for n in names]
+    spread = [(1.0 + 0.005 * i, p) for i, p in enumerate(plans)]  # all within 4%
+    assert tuning._leading(spread, 3) == plans[:tuning.TIED]
+    beyond = spread[:4] + [(1.2, p) for p in plans[4:]]
+    assert tuning._leading(beyond, 3) == plans[:4]  # those priced alike only
+    far = [(1.0, plans[0]), (2.0, plans[1]), (2.01, plans[2]), (3.0, plans[3])]
+    assert tuning._leading(far, 3) == plans[:3]  # the least are kept, however far
+    assert tuning._leading([], 3) == []
+
+
+def test_on_4x1_at_4m_the_schedules_the_model_ties_are_candidates():
+    """There the model prices ring, two-phase and Rabenseifner (flat and hierarchical)
+    within 2% of each other; which is fastest is for the timing to find."""
+    kind = Tuner().kind(key_of(4 << 20, "float32", "sum", None, TOPOLOGY, True), DEFAULT_PROFILE)
+    schedules = {p.inner or p.algorithm for p in kind.candidates}
+    assert {"ring", "twophase", "rabenseifner"} <= schedules, kind.candidates
+    assert len([p for p in kind.candidates if p.inter_codec is None]) <= tuning.TIED + 1

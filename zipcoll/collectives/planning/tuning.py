@@ -26,7 +26,8 @@ agreed numbers only:
 
 Which plans may be tried is fixed before any timing: the model's ``LOSSLESS`` best
 lossless plans, MPI's own Allreduce where the op and dtype allow it, and with a codec
-allowed the model's ``CODED`` best that carry it
+allowed the model's ``CODED`` best that carry it; in each group also those it prices
+within ``TIE`` of that group's best, up to ``TIED`` (`_leading`)
 (`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
 never a lossy codec the caller did not pass). A call started before the last
 agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
@@ -57,6 +58,8 @@ from zipcoll.collectives.registry import SCHEDULES
 
 LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
+TIE = 1.05     # plans the model prices within this of its cheapest are tried too, up to TIED
+TIED = 6       # of each group (lossless, carrying the codec)
 TRIALS = 2     # timed calls of each candidate before the fastest is settled on
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
@@ -374,19 +377,32 @@ def _shape_of(topology: Any) -> Shape:
     return Shape.of(topology)
 
 
+def _leading(priced: list[tuple[float, PlanShape]], least: int) -> list[PlanShape]:
+    """The `least` cheapest of `priced` (cheapest first), and more of those the model prices
+    within TIE of the cheapest, up to TIED in all.
+
+    At large sizes the model prices the bandwidth-optimal schedules (ring, two-phase,
+    Rabenseifner, their hierarchical forms; flat and hierarchical alike over one rank a
+    node) within a few percent of each other: they differ in its latency terms only.
+    Which of them is fastest is then down to what it leaves out (Python per step, TCP on
+    a shaped link), so the first `least` by its order would be a choice by name."""
+    near = [p for s, p in priced if s <= priced[0][0] * TIE] if priced else []
+    return [p for _, p in priced[:least]] + near[least:TIED]
+
+
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     bucket, dtype, op, spec, shape, native = key
     ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
     if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
         return None  # one rank: a copy; measured: what the job did already decides
-    lossless = [p for _, p in ranked if p.inter_codec is None and p.intra_codec is None]
+    lossless = [(s, p) for s, p in ranked if p.inter_codec is None and p.intra_codec is None]
     # auto compresses only across nodes (a node's shared memory is faster than any codec
     # here): on one node no coded plan is tried either, lossy codec allowed or not
-    coded = [] if shape.nodes == 1 else [p for _, p in ranked if p.inter_codec is not None
+    coded = [] if shape.nodes == 1 else [(s, p) for s, p in ranked if p.inter_codec is not None
                                          and not codec_idle(p, shape)]
     # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
-    own = [p for p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
-    chosen = set(lossless[:LOSSLESS] + coded[:CODED] + own)
+    own = [p for _, p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
+    chosen = set(_leading(lossless, LOSSLESS) + _leading(coded, CODED) + own)
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
