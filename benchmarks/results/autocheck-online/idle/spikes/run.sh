@@ -3,7 +3,7 @@
 # before each), with the tbf drops and TCP retransmits of each node around it; then 4 x 1:
 # back-to-back calls at 4 MiB in the order the tuning's learning makes them (seq.py).
 set -u
-cd /work/main
+cd "$(dirname "$0")/../../../../.."
 export PATH=$PWD/.venv/bin:$PATH
 source scripts/mpienv.sh
 export ZC_PREFIX=zcb
