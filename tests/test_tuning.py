@@ -100,29 +100,48 @@ def test_what_was_learned_reloads_as_measured_plans():
     assert Tuner().kind(KEY, again) is None  # its first choice is measured now
 
 
-def test_a_plan_warms_up_once_per_communicator_not_once_per_kind():
-    """Its first call in any kind is its warm-up (untimed); in a later kind the plan's
-    first call is timed, so a kind of 7 candidates learns within 2 calls a candidate."""
+def learn_until_settled(tuner, key, nbytes, turn):
+    """One rank's calls of one kind until it stops learning, each call's time 1 ms; the
+    calls it took, and each plan's warm-ups among them (untimed: no time learned)."""
+    kind = tuner.kind(key, DEFAULT_PROFILE)
+    calls, warm_ups = 0, {}
+    while kind.learning:
+        tuner.finished(turn - 1, 0.0)
+        highs = agreed([tuner.slots(turn)])
+        tuner.learn(turn, highs[len(highs) - SLOTS:])
+        cold = {p for p in kind.candidates if kind.cold(p)}
+        plan = tuner.decide(turn, key, DEFAULT_PROFILE, nbytes)
+        if plan in cold:
+            warm_ups[plan] = warm_ups.get(plan, 0) + 1
+        tuner.done(turn)
+        turn, calls = turn + 1, calls + 1
+    return calls, warm_ups, turn
+
+
+def test_a_plan_warms_up_once_per_size_bucket_shared_by_its_kinds():
+    """A plan's first call at a size bucket is its warm-up (untimed): at a new size its
+    scratch and the caller's buffers are new. Kinds of one bucket (lossless, a codec
+    allowed) share it; a kind of another bucket warms every candidate up again."""
     tuner = Tuner()
     tuner.measure = lambda plan, seconds: 1e-3
+    lossless = key_of(4 << 20, "float32", "sum", None, TOPOLOGY, True)
     small = key_of(64 << 10, "float32", "sum", "int8", TOPOLOGY, True)
-    turn = 0
-    for key in (small, KEY):
-        kind = tuner.kind(key, DEFAULT_PROFILE)
-        calls = 0
-        while kind.learning:
-            tuner.finished(turn - 1, 0.0)
-            highs = agreed([tuner.slots(turn)])
-            tuner.learn(turn, highs[len(highs) - SLOTS:])
-            tuner.decide(turn, key, DEFAULT_PROFILE, 64 << 10 if key is small else 4 << 20)
-            tuner.done(turn)
-            turn, calls = turn + 1, calls + 1
-        shared = [c for c in kind.candidates if c in tuner.kinds[small].candidates]
-        assert key is small or shared  # else the bound below would not tell the rules apart
-        warm_ups = len(kind.candidates) if key is small else len(kind.candidates) - len(shared)
+    turn, seen, shared_of = 0, [], {}
+    for key, nbytes in ((lossless, 4 << 20), (KEY, 4 << 20), (small, 64 << 10)):
+        calls, warm_ups, turn = learn_until_settled(tuner, key, nbytes, turn)
+        kind = tuner.kinds[key]
+        shared = [c for c in kind.candidates if (c, key[0]) in seen]
+        expected = [c for c in kind.candidates if c not in shared]
+        assert sorted(map(str, warm_ups)) == sorted(map(str, expected)), key
+        assert all(n == 1 for n in warm_ups.values()), warm_ups
         # each candidate TRIALS timed calls, plus its warm-up where cold, plus one call
         # whose time the next agreement brings
-        assert calls <= tuning.TRIALS * len(kind.candidates) + warm_ups + 1, (key, calls)
+        assert calls <= tuning.TRIALS * len(kind.candidates) + len(expected) + 1, (key, calls)
+        seen += [(c, key[0]) for c in kind.candidates]
+        shared_of[key] = shared
+    # else the test would not tell the rules apart
+    assert shared_of[KEY], "the kinds at 4 MiB share plans"
+    assert set(tuner.kinds[small].candidates) & set(tuner.kinds[lossless].candidates)
 
 
 def test_every_candidate_is_timed_once_before_any_twice():

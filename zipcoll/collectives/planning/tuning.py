@@ -4,8 +4,12 @@ The cost model prices plans from a profile; without a calibration run that profi
 the defaults, which may describe another network. So the first calls of each kind (size
 bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
 key) run the model's best few candidates in turn, each timed once before any is timed
-twice, as the slowest rank saw it; a plan's first call on the communicator (for a dtype) is its untimed warm-up (Numba
-compiles its kernels, sub-communicators are split), in whichever kind it comes first; then the fastest runs, and one call in ``RECHECK`` runs a runner-up, so a changed
+twice, as the slowest rank saw it. A plan's first call at each size bucket (for a dtype)
+is its untimed warm-up, in whichever kind of that bucket it comes first: on the
+communicator Numba compiles its kernels and sub-communicators are split, and at a new
+size its scratch, the caller's buffers and MPI's own temporaries are new and the kind
+prices its plans, which made such calls 1.3-4x the plan's later ones. Then the fastest
+runs, and one call in ``RECHECK`` runs a runner-up, so a changed
 machine or network is noticed. A candidate more than ``DROP`` x the best so far is
 dropped after its first timed call, for good (and so is a best that becomes that slow).
 
@@ -85,6 +89,7 @@ class Kind:
     candidates: list[PlanShape]
     predicted: dict[PlanShape, float]
     dtype: str = "float32"
+    bucket: int = 0  # its size bucket: a plan warms up once per (dtype, bucket)
     times: dict[PlanShape, list[float]] = field(default_factory=dict)
     sizes: dict[PlanShape, list[int]] = field(default_factory=dict)
     tries: dict[PlanShape, int] = field(default_factory=dict)
@@ -94,7 +99,8 @@ class Kind:
     rechecks: int = 0
     settled: PlanShape | None = None
     loud: bool = True  # logs what it learns (rank 0's)
-    # (plan, dtype) that ran on the communicator already (the Tuner's, shared by its kinds)
+    # (plan, dtype, bucket) that ran on the communicator already (the Tuner's, shared by
+    # its kinds)
     warmed: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -132,8 +138,8 @@ class Kind:
         return len(self.times.get(plan, ())) + self.pending.get(plan, 0)
 
     def cold(self, plan: PlanShape) -> bool:
-        """Whether `plan`'s next call is its warm-up (its first on the communicator)."""
-        return (plan, self.dtype) not in self.warmed
+        """Whether `plan`'s next call is its warm-up (its first at this size bucket)."""
+        return (plan, self.dtype, self.bucket) not in self.warmed
 
 
     def _refresh(self) -> None:
@@ -210,7 +216,7 @@ class _Ran:
     kind: Kind
     plan: PlanShape
     nbytes: int
-    warm_up: bool  # a plan's first call on the communicator: Numba compiles, splits
+    warm_up: bool  # a plan's first call at its size bucket: compiles, splits, first touch
 
 
 class Tuner:
@@ -226,7 +232,7 @@ class Tuner:
         self._took: dict[int, float] = {}  # turn -> this rank's seconds (its own measurement)
         self._read = 0  # agreements read, in start order
         self._passed: set[int] = set()
-        self._warmed: set = set()  # (plan, dtype) that ran here: warm-ups done
+        self._warmed: set = set()  # (plan, dtype, bucket) that ran here: warm-ups done
         self.rank = rank
         self.clock: Callable[[], float] = time.perf_counter
         self.measure: Callable[[PlanShape, float], float] = lambda plan, seconds: seconds
@@ -303,7 +309,7 @@ class Tuner:
         if not kind.learning and plan == kind.best() and kind.calls % SAMPLE:
             return plan  # settled: one call of the best in SAMPLE is timed, enough to see it slow
         warm_up = kind.cold(plan)
-        self._warmed.add((plan, kind.dtype))
+        self._warmed.add((plan, kind.dtype, kind.bucket))
         if not warm_up:
             kind.pending[plan] = kind.pending.get(plan, 0) + 1
         self._ran[turn] = _Ran(kind, plan, nbytes, warm_up)
@@ -408,4 +414,4 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
         return None
     label = (f"{bucket_size(bucket)} B {dtype} {op}" + (f" codec {spec}" if spec else "")
              + f" on {shape.label}")
-    return Kind(label, candidates, {p: s for s, p in ranked}, dtype)
+    return Kind(label, candidates, {p: s for s, p in ranked}, dtype, bucket)
