@@ -144,6 +144,59 @@ def test_a_plan_warms_up_once_per_size_bucket_shared_by_its_kinds():
     assert set(tuner.kinds[small].candidates) & set(tuner.kinds[lossless].candidates)
 
 
+def one_rank_calls(tuner, key, nbytes, turn, calls, seconds):
+    """One rank's `calls` calls of one kind, each taking `seconds(plan)`: the plans run
+    and the next turn; `seconds` is asked once per call the tuner times."""
+    ran = []
+    tuner.measure = lambda plan, _: seconds(plan)
+    for _ in range(calls):
+        tuner.finished(turn - 1, 0.0)
+        highs = agreed([tuner.slots(turn)])
+        tuner.learn(turn, highs[len(highs) - SLOTS:])
+        ran.append(tuner.decide(turn, key, DEFAULT_PROFILE, nbytes))
+        tuner.done(turn)
+        turn += 1
+    return ran, turn
+
+
+def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
+    """Once settled, a best of 1 ms or more is timed on every call: one whose calls turn
+    slow two in three is left once its median of KEEP is slow, within a few calls (timed
+    one call in SAMPLE, it would take SAMPLE x as many)."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    target, runner_up = kind.candidates[-1], kind.candidates[-2]
+    base = {p: 15e-3 for p in kind.candidates}
+    base[target], base[runner_up] = 10e-3, 12e-3
+    ran, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 60, base.get)
+    assert not kind.learning and kind.best() == target and ran[-1] == target
+    count = iter(range(1000))
+
+    def turned_slow(plan):
+        return 40e-3 if plan == target and next(count) % 3 else base[plan]
+
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 12, turned_slow)
+    assert ran[0] == target and ran[-3:] == [runner_up] * 3, ran  # (one re-check between)
+
+
+def test_a_short_best_is_timed_on_one_call_in_sample():
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    target = kind.candidates[-1]
+    timed = []
+
+    def seconds(plan):
+        timed.append(plan)
+        return 0.1e-3 if plan == target else 0.15e-3
+
+    _, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 60, seconds)
+    assert not kind.learning and kind.best() == target
+    timed.clear()
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 4 * tuning.SAMPLE * 4, seconds)
+    best_calls = ran.count(target)
+    assert best_calls // tuning.SAMPLE - 1 <= timed.count(target) <= best_calls // tuning.SAMPLE + 1
+
+
 def test_every_candidate_is_timed_once_before_any_twice():
     """With int8 allowed the lossless candidates may be 4x slower: each runs its warm-up
     and one timed call only, whatever its place in the model's order."""

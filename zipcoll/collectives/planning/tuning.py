@@ -9,8 +9,9 @@ is its untimed warm-up, in whichever kind of that bucket it comes first: on the
 communicator Numba compiles its kernels and sub-communicators are split, and at a new
 size its scratch, the caller's buffers and MPI's own temporaries are new and the kind
 prices its plans, which made such calls 1.3-4x the plan's later ones. Then the fastest
-runs, and one call in ``RECHECK`` runs a runner-up, so a changed
-machine or network is noticed. A candidate more than ``DROP`` x the best so far is
+runs, timed on every call where its calls take ``TIME_ALL`` or more (else one in
+``SAMPLE``), and one call in ``RECHECK`` runs a runner-up, so a changed machine or network
+is noticed. A candidate more than ``DROP`` x the best so far is
 dropped after its first timed call, for good (and so is a best that becomes that slow).
 
 Every rank must run the same plan for the same call, so a decision is a function of
@@ -68,7 +69,10 @@ TRIALS = 2     # timed calls of each candidate before the fastest is settled on
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
-SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed
+SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed, where calls are short;
+TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
+                 # is then under a few percent, and a plan whose calls turn slow half the
+                 # time shows in its median within a few calls
 KEEP = 8       # the latest times kept per candidate; its estimate is their median
 WINDOW = 4     # a call's time rides in the agreements of the WINDOW calls after it
 SLOTS = 2 * WINDOW  # numbers the agreement carries: (t, -t) per call, microseconds, 0: not done
@@ -306,8 +310,9 @@ class Tuner:
         if kind is None:
             return None
         plan = kind.choose()
-        if not kind.learning and plan == kind.best() and kind.calls % SAMPLE:
-            return plan  # settled: one call of the best in SAMPLE is timed, enough to see it slow
+        if (not kind.learning and plan == kind.best() and kind.calls % SAMPLE
+                and kind.estimate(plan) < TIME_ALL):
+            return plan  # settled, short calls: one of the best's in SAMPLE is timed
         warm_up = kind.cold(plan)
         self._warmed.add((plan, kind.dtype, kind.bucket))
         if not warm_up:
