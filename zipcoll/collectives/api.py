@@ -86,6 +86,10 @@ def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: 
     def prepare() -> Plan:
         plan = make_plan(sendbuf, recvbuf, op, algorithm, codec, key,
                          ctx.layout(topology), ctx.selector, ctx.plans)
+        if tuning and plan.auto is not None:
+            # a new kind prices its plans (ms): here, before the agreement, so that no rank
+            # waits for the others' pricing inside the timed steps of the kind's first call
+            ctx.tuner.kind(plan.auto[5], ctx.selector.profile)
         if plan.dropped is not None and not ctx.warned_codec_dropped:
             ctx.warned_codec_dropped = True  # the plan is every rank's: so is this warning
             text = codec_not_applied(plan, ctx.selector.profile)
