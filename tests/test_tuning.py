@@ -179,6 +179,26 @@ def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     assert ran[0] == target and ran[-3:] == [runner_up] * 3, ran  # (one re-check between)
 
 
+def test_a_candidate_well_behind_after_one_timed_call_gets_no_second_during_learning():
+    """Every candidate is timed once; only those within CLOSE of the best then get their
+    second trial (a time still in flight may grant one more), so learning ends sooner;
+    the ones behind stay alive for the re-checks."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    target, close = kind.candidates[-1], kind.candidates[-2]
+    behind = [p for p in kind.candidates if p not in (target, close)]
+    seconds = {p: 15e-3 for p in behind}  # 1.5x: behind, but within DROP
+    seconds[target], seconds[close] = 10e-3, 12e-3
+    calls = 0
+    while kind.learning:
+        _, turn = one_rank_calls(tuner, KEY, 4 << 20, calls, 1, seconds.get)
+        calls += 1
+    assert kind.best() == target and len(kind.times[close]) == tuning.TRIALS
+    assert sum(len(kind.times[p]) - 1 for p in behind) <= 1, kind.times
+    assert not kind.dropped
+    assert calls <= 2 * len(kind.candidates) + 3, calls
+
+
 def test_a_short_best_is_timed_on_one_call_in_sample():
     tuner = Tuner()
     kind = tuner.kind(KEY, DEFAULT_PROFILE)

@@ -4,7 +4,7 @@ The cost model prices plans from a profile; without a calibration run that profi
 the defaults, which may describe another network. So the first calls of each kind (size
 bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
 key) run the model's best few candidates in turn, each timed once before any is timed
-twice, as the slowest rank saw it. A plan's first call at each size bucket (for a dtype)
+twice (and twice only if within ``CLOSE`` of the best), as the slowest rank saw it. A plan's first call at each size bucket (for a dtype)
 is its untimed warm-up, in whichever kind of that bucket it comes first: on the
 communicator Numba compiles its kernels and sub-communicators are split, and at a new
 size its scratch, the caller's buffers and MPI's own temporaries are new and the kind
@@ -65,7 +65,8 @@ LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
 TIE = 1.05     # plans the model prices within this of its cheapest are tried too, up to TIED
 TIED = 6       # of each group (lossless, carrying the codec)
-TRIALS = 2     # timed calls of each candidate before the fastest is settled on
+TRIALS = 2     # timed calls of each candidate before the fastest is settled on, if it is
+CLOSE = 1.25   # within this of the best after its first: else one (re-checks time it again)
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
@@ -127,15 +128,23 @@ class Kind:
 
     @property
     def learning(self) -> bool:
-        """Whether a candidate still lacks its TRIALS times (and has tries left)."""
+        """Whether a candidate still lacks its warm-up, or its TRIALS times (and has tries
+        left, and is not over CLOSE x the best)."""
         return self._learning
 
     def _owed(self, plan: PlanShape) -> bool:
         """Whether `plan` is still owed a call: its warm-up, or a trial (times learned or
-        in flight short of TRIALS, and tries left)."""
+        in flight short of TRIALS, tries left, and not timed over CLOSE x the best)."""
         tries = self.tries.get(plan, 0)
         return self.cold(plan) or (len(self.times.get(plan, ())) + self.pending.get(plan, 0)
-                                   < TRIALS and tries < TRIES)
+                                   < TRIALS and tries < TRIES and self._close(plan))
+
+    def _close(self, plan: PlanShape) -> bool:
+        """Whether `plan` is untimed or timed within CLOSE x the best: a second trial can
+        only matter to such a plan (one further behind is left to the re-checks)."""
+        estimate = self._estimates.get(plan)
+        return estimate is None or self._best is None or \
+            estimate <= CLOSE * self._estimates[self._best]
 
     def _timed_or_due(self, plan: PlanShape) -> int:
         """`plan`'s times learned or in flight (ties keep the model order: `min` is stable)."""
@@ -152,7 +161,8 @@ class Kind:
         self._best = min(timed)[2] if timed else None
         if self._learning:
             self._learning = any(self.cold(c) or len(self.times.get(c, ())) < TRIALS
-                                 and self.tries.get(c, 0) < TRIES for c in self._alive)
+                                 and self.tries.get(c, 0) < TRIES and self._close(c)
+                                 for c in self._alive)
 
     def choose(self) -> PlanShape:
         """The next call's plan: of the candidates still owed a call, the first (model
