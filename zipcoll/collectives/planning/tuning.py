@@ -4,15 +4,16 @@ The cost model prices plans from a profile; without a calibration run that profi
 the defaults, which may describe another network. So the first calls of each kind (size
 bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
 key) run the model's best few candidates in turn, each timed once before any is timed
-twice (and twice only if within ``CLOSE`` of the best), as the slowest rank saw it. A plan's first call at each size bucket (for a dtype)
-is its untimed warm-up, in whichever kind of that bucket it comes first: on the
-communicator Numba compiles its kernels and sub-communicators are split, and at a new
-size its scratch, the caller's buffers and MPI's own temporaries are new and the kind
-prices its plans, which made such calls 1.3-4x the plan's later ones. Then the fastest
-runs, timed on every call where its calls take ``TIME_ALL`` or more (else one in
-``SAMPLE``), and one call in ``RECHECK`` runs a runner-up, so a changed machine or network
-is noticed. A candidate more than ``DROP`` x the best so far is
-dropped after its first timed call, for good (and so is a best that becomes that slow).
+twice (and twice only if within ``CLOSE`` of the best), as the slowest rank saw it.
+A plan's first call at each size bucket (for a dtype) is its untimed warm-up, in
+whichever kind of that bucket it comes first: on the communicator Numba compiles its
+kernels and sub-communicators are split, and at a new size its scratch, the caller's
+buffers and MPI's own temporaries are new, which can make that call several times the
+plan's later ones. Then the fastest runs, timed on every call where its calls take
+``TIME_ALL`` or more (else one in ``SAMPLE``), and one call in ``RECHECK`` runs a
+runner-up, so a changed machine or network is noticed. A candidate more than ``DROP`` x
+the best so far is dropped after its first timed call, for good (and so is a best that
+becomes that slow).
 
 Every rank must run the same plan for the same call, so a decision is a function of
 agreed numbers only:
@@ -65,12 +66,12 @@ LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
 TIE = 1.05     # plans the model prices within this of its cheapest are tried too, up to TIED
 TIED = 6       # of each group (lossless, carrying the codec)
-TRIALS = 2     # timed calls of each candidate before the fastest is settled on, if it is
-CLOSE = 1.25   # within this of the best after its first: else one (re-checks time it again)
+TRIALS = 2     # timed calls of a candidate before the fastest is settled on, for those
+CLOSE = 1.25   # within this of the best after one; the others one (re-checks time them again)
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
-SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed, where calls are short;
+SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed where calls are short
 TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
                  # is then under a few percent, and a plan whose calls turn slow half the
                  # time shows in its median within a few calls
