@@ -199,6 +199,26 @@ def test_a_candidate_well_behind_after_one_timed_call_gets_no_second_during_lear
     assert calls <= 2 * len(kind.candidates) + 3, calls
 
 
+@pytest.mark.parametrize("layout", [(4, 1), (2, 2)])
+def test_a_kind_that_may_compress_learns_within_20_calls_in_a_fresh_job(layout):
+    """The DDP hook with codec="int8" and nothing before it: every candidate cold. Its
+    lossless plans are the fallback (the model's best three and MPI's own, no near ties),
+    so warm-ups, first trials and the close ones' second fit in the 20 calls the
+    criterion allows, with the codec plans 4x faster than the lossless ones."""
+    topology = Topology.from_layout(layout[0] * layout[1], 0, ranks_per_node=layout[1])
+    key = key_of(4 << 20, "float32", "sum", "int8", topology, True)
+    tuner = Tuner()
+    kind = tuner.kind(key, DEFAULT_PROFILE)
+    lossless = [p for p in kind.candidates if p.inter_codec is None]
+    assert len(lossless) <= tuning.LOSSLESS + 1, lossless
+    seconds = {p: 40e-3 if p.inter_codec is None else 10e-3 * (1 + 0.05 * i)
+               for i, p in enumerate(kind.candidates)}
+    ran, _ = one_rank_calls(tuner, key, 4 << 20, 0, 21, seconds.get)
+    # the 20th call's time comes with the 21st call's agreement: that call runs the best
+    assert not kind.learning, (kind.candidates, ran)
+    assert ran[-1] == kind.best() and kind.best().inter_codec == "int8", ran
+
+
 def test_a_short_best_is_timed_on_one_call_in_sample():
     tuner = Tuner()
     kind = tuner.kind(KEY, DEFAULT_PROFILE)

@@ -33,7 +33,8 @@ agreed numbers only:
 Which plans may be tried is fixed before any timing: the model's ``LOSSLESS`` best
 lossless plans, MPI's own Allreduce where the op and dtype allow it, and with a codec
 allowed the model's ``CODED`` best that carry it; in each group also those it prices
-within ``TIE`` of that group's best, up to ``TIED`` (`_leading`)
+within ``TIE`` of that group's best, up to ``TIED`` (`_leading`), but for the lossless
+group of a kind that may compress
 (`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
 never a lossy codec the caller did not pass). A call started before the last
 agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
@@ -424,7 +425,12 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
                                          and not codec_idle(p, shape)]
     # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
     own = [p for _, p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
-    chosen = set(_leading(lossless, LOSSLESS) + _leading(coded, CODED) + own)
+    # with a codec that may pay, the lossless plans are the fallback for when none with it
+    # does: the model's best LOSSLESS and MPI's own. Its near ties are the lossless kind's
+    # to tell apart; here each would cost two calls more of the learning (a warm-up and a
+    # timed call), which 20 calls did not cover with them
+    fallback = [p for _, p in lossless[:LOSSLESS]] if coded else _leading(lossless, LOSSLESS)
+    chosen = set(fallback + _leading(coded, CODED) + own)
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
