@@ -137,9 +137,12 @@ class Kind:
     def _owed(self, plan: PlanShape) -> bool:
         """Whether `plan` is still owed a call: its warm-up, or a trial (times learned or
         in flight short of TRIALS, tries left, and not timed over CLOSE x the best)."""
-        tries = self.tries.get(plan, 0)
-        return self.cold(plan) or (len(self.times.get(plan, ())) + self.pending.get(plan, 0)
-                                   < TRIALS and tries < TRIES and self._close(plan))
+        return self.cold(plan) or self._trial_due(plan, self._timed_or_due(plan))
+
+    def _trial_due(self, plan: PlanShape, counted: int) -> bool:
+        """Whether `plan`, with `counted` times, is owed another trial: short of TRIALS,
+        tries left, and not timed over CLOSE x the best."""
+        return counted < TRIALS and self.tries.get(plan, 0) < TRIES and self._close(plan)
 
     def _close(self, plan: PlanShape) -> bool:
         """Whether `plan` is untimed or timed within CLOSE x the best: a second trial can
@@ -162,8 +165,7 @@ class Kind:
                  if c in self._estimates]
         self._best = min(timed)[2] if timed else None
         if self._learning:
-            self._learning = any(self.cold(c) or len(self.times.get(c, ())) < TRIALS
-                                 and self.tries.get(c, 0) < TRIES and self._close(c)
+            self._learning = any(self.cold(c) or self._trial_due(c, len(self.times.get(c, ())))
                                  for c in self._alive)
 
     def choose(self) -> PlanShape:
