@@ -26,6 +26,8 @@ NumPy array of `ml_dtypes.bfloat16` (`BFLOAT16`), the dtype NumPy callers pass t
 """
 from __future__ import annotations
 
+import functools
+
 import array as _pyarray
 import ctypes
 from dataclasses import dataclass
@@ -132,11 +134,11 @@ class Buffer:
     # source transposed to them, flattened (None: C order)
     axes: tuple | None = None
 
-    @property
+    @functools.cached_property  # read several times a call (frozen: `array` never changes)
     def dtype(self) -> np.dtype:
         return np.dtype(self.array.dtype)
 
-    @property
+    @functools.cached_property
     def count(self) -> int:
         return int(self.array.size)
 

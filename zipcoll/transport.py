@@ -316,18 +316,16 @@ class Agreement:
     """
 
     def __init__(self, comm: MPI.Comm, values: list[int]):
-        self._n = n = len(values)
-        self._local = np.empty(2 * n, np.int64)
-        self._local[:n] = values
-        np.negative(self._local[:n], out=self._local[n:])
+        self._n = len(values)
+        self._local = np.array(values + [-v for v in values], np.int64)
         self._out = np.empty_like(self._local)
         self.request = comm.Iallreduce(self._local, self._out, MPI.MIN)
 
-    def lows(self) -> np.ndarray:
-        return self._out[: self._n]
+    def lows(self) -> list[int]:
+        return self._out[: self._n].tolist()
 
-    def highs(self) -> np.ndarray:
-        return -self._out[self._n:]
+    def highs(self) -> list[int]:
+        return [-v for v in self._out[self._n:].tolist()]
 
 
 class _ScratchView:

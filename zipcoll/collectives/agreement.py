@@ -66,13 +66,13 @@ def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...]
     if highs[0]:
         raise MismatchError(f"another rank rejected its arguments to this {what} "
                             "(it raised the reason); nothing was sent")
-    if lows[1:n + 1].tobytes() != highs[1:n + 1].tobytes():
+    if lows[1:n + 1] != highs[1:n + 1]:
         differing = [i for i in range(1, n + 1) if lows[i] != highs[i]]
         everyone = yield from _everyones(ctx, turn, shown() + [mine.changed])
         raise MismatchError(f"ranks disagree on this {what}; nothing was sent:\n"
                             + _what_each_had(everyone, differing, fields + _SETTINGS))
     ctx.agreed_settings = mine.code
-    return np.concatenate((highs[:n], highs[n + 1:]))  # without the settings' code
+    return highs[:n] + highs[n + 1:]  # without the settings' code
 
 
 # the settings' field: each rank shows those not at their defaults

@@ -178,9 +178,13 @@ def _signature(plan: Plan | None, algorithm: str) -> list[int]:
     """Numbers every rank must agree on; the first says whether this rank rejected its input."""
     if plan is None:
         return [1] + [0] * (len(_FIELDS) - 1)
-    return [0, plan.count, _code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
+    signature = plan.memo.get(("signature", algorithm))  # the same for every copy of a plan
+    if signature is None:
+        signature = plan.memo[("signature", algorithm)] = [
+            0, plan.count, _code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
             _code(str(algorithm)), _code(plan.name), _code(_codecs_text(plan)),
             _code(_layout_text(plan.topology))]
+    return signature
 
 
 def _shown(plan: Plan | None, algorithm: str) -> list[str]:

@@ -57,6 +57,10 @@ class Plan:
     # priced with (the codecs the caller allowed; `planning.tuning.key_of`); None where
     # the caller named the algorithm
     auto: tuple | None = None
+    # what is worked out from the plan alone, once per cached plan: its copies for other
+    # buffers share it (`_with_buffers`); a plan changed by `dataclasses.replace` starts
+    # its own
+    memo: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def count(self) -> int:
