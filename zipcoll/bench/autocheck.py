@@ -17,7 +17,9 @@ choosing costs a call). How, so that a shared or noisy machine misleads as littl
 
 - warm-up: every plan runs a few times at a small size first (Numba compiles, scratch);
 - screening: at each size every plan runs once untimed (scratch for the size) and is
-  timed over about ``SCREEN_SECONDS``; plans slower than ``KEEP`` x the fastest are out;
+  timed over about ``SCREEN_SECONDS``; plans slower than ``KEEP`` x the fastest are out
+  (a lossless plan: ``KEEP`` x the fastest lossless one), and the best of a mode is the
+  fastest in the rounds;
 - rounds: the rest, auto's picks, both autos and mpi4py's own Allreduce (for reference)
   are timed ``--rounds`` times in an order shuffled alike on every rank (each a few
   calls, OSU's way: a barrier before each call); a plan's time is the median over
@@ -66,7 +68,10 @@ class SizeResult:
     tuned: dict = field(default_factory=dict)       # --online: auto -> what its tuning measured
 
     def best(self, labels: list[str]) -> tuple[str, float]:
-        timed = [(self.seconds.get(x, self.screened.get(x, float("inf"))), x) for x in labels]
+        """The fastest of `labels` in the rounds (a screening time only where none of them
+        was timed there: a few calls against a round's many)."""
+        timed = [(self.seconds[x], x) for x in labels if x in self.seconds] or \
+            [(self.screened.get(x, float("inf")), x) for x in labels]
         seconds, label = min(timed)
         return label, seconds
 
@@ -121,9 +126,15 @@ def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], ro
     for name, call in calls.items():
         first = slowest_mean(call, 1, comm)  # untimed in effect: scratch for this size
         result.screened[name] = slowest_mean(call, calls_for(first, SCREEN_SECONDS), comm)
+    # each mode's own contenders: a lossless plan is judged against the fastest lossless
+    # one (the best lossless plan must be timed in the rounds, as lossless auto is),
+    # every plan against the fastest of all
+    lossless = [label(p) for p in plans if p.inter_codec is None and p.intra_codec is None]
     fastest = min(result.screened[label(p)] for p in plans)
+    fastest_lossless = min((result.screened[x] for x in lossless), default=fastest)
     finalists = [x for x in calls if x in keep or x.startswith(AUTO) or x == MPI_OWN
-                 or result.screened[x] <= KEEP * fastest]
+                 or result.screened[x] <= KEEP * fastest
+                 or x in lossless and result.screened[x] <= KEEP * fastest_lossless]
     order = random.Random(nbytes)  # the same on every rank: collective calls must match
     samples: dict[str, list[float]] = {x: [] for x in finalists}
     for _ in range(rounds):
