@@ -286,4 +286,38 @@ def test_on_4x1_at_4m_the_schedules_the_model_ties_are_candidates():
     kind = Tuner().kind(key_of(4 << 20, "float32", "sum", None, TOPOLOGY, True), DEFAULT_PROFILE)
     schedules = {p.inner or p.algorithm for p in kind.candidates}
     assert {"ring", "twophase", "rabenseifner"} <= schedules, kind.candidates
-    assert len([p for p in kind.candidates if p.inter_codec is None]) <= tuning.TIED + 1
+    # the near ties, MPI's own and the flat ring
+    assert len([p for p in kind.candidates if p.inter_codec is None]) <= tuning.TIED + 2
+
+
+def test_the_flat_ring_is_tried_where_the_model_prices_it_within_the_hedge():
+    """On one node of 4 ranks at 64 MiB the model prices the flat ring 1.6x its best (a
+    torus plan), far outside its near ties, and the machine runs the ring fastest: it is
+    a candidate, it wins when its calls are the fastest, and within 20 calls. At 64 KiB,
+    priced over HEDGE x the best, it is not tried."""
+    one_node = Topology.from_layout(4, 0, ranks_per_node=4)
+    ring = PlanShape("ring")
+    key = key_of(64 << 20, "float32", "sum", None, one_node, True)
+    tuner = Tuner()
+    kind = tuner.kind(key, DEFAULT_PROFILE)
+    priced = sorted(kind.predicted.values())
+    assert tuning.TIE * priced[0] < kind.predicted[ring] <= tuning.HEDGE * priced[0]
+    assert ring in kind.candidates
+    seconds = {p: (30e-3 if p == ring else 40e-3) * (1 + 0.01 * i)
+               for i, p in enumerate(kind.candidates)}
+    ran, _ = one_rank_calls(tuner, key, 64 << 20, 0, 21, seconds.get)
+    assert not kind.learning and kind.best() == ring and ran[-1] == ring, ran
+    small = Tuner().kind(key_of(64 << 10, "float32", "sum", None, one_node, True),
+                         DEFAULT_PROFILE)
+    assert ring not in small.candidates
+    assert small.predicted[ring] > tuning.HEDGE * min(small.predicted.values())
+
+
+def test_a_kind_that_may_compress_keeps_its_lossless_fallback_without_the_hedge():
+    """Across nodes with int8 allowed the lossless plans are the fallback only (the
+    model's best three and MPI's own): the 20 calls go to the plans that carry the codec."""
+    for nbytes in (256 << 10, 1 << 20, 64 << 20):
+        kind = Tuner().kind(key_of(nbytes, "float32", "sum", "int8", TOPOLOGY, True),
+                            DEFAULT_PROFILE)
+        lossless = [p for p in kind.candidates if p.inter_codec is None]
+        assert len(lossless) <= tuning.LOSSLESS + 1, (nbytes, lossless)

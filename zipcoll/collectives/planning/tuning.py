@@ -33,8 +33,9 @@ agreed numbers only:
 Which plans may be tried is fixed before any timing: the model's ``LOSSLESS`` best
 lossless plans, MPI's own Allreduce where the op and dtype allow it, and with a codec
 allowed the model's ``CODED`` best that carry it; in each group also those it prices
-within ``TIE`` of that group's best, up to ``TIED`` (`_leading`), but for the lossless
-group of a kind that may compress
+within ``TIE`` of that group's best, up to ``TIED`` (`_leading`), and the flat ring where
+priced within ``HEDGE`` of the best (`_hedge`), but for the lossless group of a kind that
+may compress
 (`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
 never a lossy codec the caller did not pass). A call started before the last
 agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
@@ -66,7 +67,8 @@ from zipcoll.collectives.registry import SCHEDULES
 LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
 TIE = 1.05     # plans the model prices within this of its cheapest are tried too, up to TIED
-TIED = 6       # of each group (lossless, carrying the codec)
+TIED = 5       # of each group (lossless, carrying the codec)
+HEDGE = 2.0    # the flat ring is tried wherever the model prices it within this of its best
 TRIALS = 2     # timed calls of a candidate before the fastest is settled on, for those
 CLOSE = 1.25   # within this of the best after one; the others one (re-checks time them again)
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
@@ -415,6 +417,21 @@ def _leading(priced: list[tuple[float, PlanShape]], least: int) -> list[PlanShap
     return [p for _, p in priced[:least]] + near[least:TIED]
 
 
+_RING = PlanShape("ring")
+
+
+def _hedge(priced: list[tuple[float, PlanShape]]) -> list[PlanShape]:
+    """The flat ring, where the model prices it within HEDGE of its cheapest.
+
+    A ring rank sends to one neighbour at a time, so what the model leaves out (ranks
+    sharing cores, flows sharing a TCP link, several senders at one receiver) slows it
+    least: the model ranks it behind schedules that the machine then runs slower (on one
+    node of 4 ranks on 2 cores, 1.1-1.3x slower at 8-64 MiB than the flat ring the model
+    priced 1.4-1.6x theirs). It is also what most jobs run without zipcoll."""
+    cheapest = priced[0][0] if priced else 0.0
+    return [p for s, p in priced if p == _RING and s <= HEDGE * cheapest]
+
+
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     bucket, dtype, op, spec, shape, native = key
     ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
@@ -432,7 +449,7 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     # to tell apart; here each would cost two calls more of the learning (a warm-up and a
     # timed call), which 20 calls did not cover with them
     fallback = [p for _, p in lossless[:LOSSLESS]] if coded else _leading(lossless, LOSSLESS)
-    chosen = set(fallback + _leading(coded, CODED) + own)
+    chosen = set(fallback + _leading(coded, CODED) + own + ([] if coded else _hedge(lossless)))
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
