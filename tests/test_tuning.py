@@ -321,3 +321,19 @@ def test_a_kind_that_may_compress_keeps_its_lossless_fallback_without_the_hedge(
                             DEFAULT_PROFILE)
         lossless = [p for p in kind.candidates if p.inter_codec is None]
         assert len(lossless) <= tuning.LOSSLESS + 1, (nbytes, lossless)
+
+
+def test_on_one_node_a_codec_allowed_learns_with_the_lossless_calls():
+    """There auto tries no plan that carries the codec, so calls with one allowed are of
+    the lossless calls' kind: one learning, not two of the same candidates. Across nodes
+    they are kinds of their own."""
+    one_node = Topology.from_layout(4, 0, ranks_per_node=4)
+    tuner = Tuner()
+    lossless = tuner.kind(key_of(16 << 20, "float32", "sum", None, one_node, True),
+                          DEFAULT_PROFILE)
+    for spec in ("int8", "topk:ratio=0.01"):
+        assert tuner.kind(key_of(16 << 20, "float32", "sum", spec, one_node, True),
+                          DEFAULT_PROFILE) is lossless
+    across = [tuner.kind(key_of(16 << 20, "float32", "sum", spec, TOPOLOGY, True),
+                         DEFAULT_PROFILE) for spec in (None, "int8")]
+    assert across[0] is not across[1]

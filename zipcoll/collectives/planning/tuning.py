@@ -389,9 +389,12 @@ class Tuner:
 
 def key_of(nbytes: int, dtype: Any, op: str, codec: Any, topology: Any, native: bool) -> tuple:
     """A kind of call: the Selector's key (size bucket, dtype, op, codec spec, layout shape,
-    native plans allowed), each part the same on every rank."""
+    native plans allowed), each part the same on every rank. On one node a codec allowed
+    makes no kind of its own: auto tries no plan that carries one there (`_new_kind`),
+    so those calls learn with the lossless ones."""
+    shape = _shape_of(topology)
     return (size_bucket(nbytes), _dtype_name(dtype), "sum" if op in ("sum", "mean") else op,
-            spec_of(codec), _shape_of(topology), bool(native))
+            spec_of(codec) if shape.nodes > 1 else None, shape, bool(native))
 
 
 @functools.lru_cache(maxsize=64)
