@@ -26,7 +26,6 @@ NumPy array of `ml_dtypes.bfloat16` (`BFLOAT16`), the dtype NumPy callers pass t
 """
 from __future__ import annotations
 
-import functools
 
 import array as _pyarray
 import ctypes
@@ -134,11 +133,11 @@ class Buffer:
     # source transposed to them, flattened (None: C order)
     axes: tuple | None = None
 
-    @functools.cached_property  # read several times a call (frozen: `array` never changes)
+    @property
     def dtype(self) -> np.dtype:
         return np.dtype(self.array.dtype)
 
-    @functools.cached_property
+    @property
     def count(self) -> int:
         return int(self.array.size)
 
