@@ -337,3 +337,35 @@ def test_on_one_node_a_codec_allowed_learns_with_the_lossless_calls():
     across = [tuner.kind(key_of(16 << 20, "float32", "sum", spec, TOPOLOGY, True),
                          DEFAULT_PROFILE) for spec in (None, "int8")]
     assert across[0] is not across[1]
+
+
+def test_two_plans_that_cost_the_same_do_not_trade_places_once_settled():
+    """Their medians cross now and then (here within 2% of each other); the one settled
+    on stays. One that becomes clearly faster (10%) still takes over."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    first, second = kind.candidates[-1], kind.candidates[-2]
+    calls = {first: 0, second: 0}
+
+    def seconds(plan):
+        if plan not in calls:
+            return 40e-3
+        calls[plan] += 1
+        wobble = 1.01 if (calls[plan] // 3) % 2 else 0.99  # medians of the two cross
+        return 20e-3 * wobble * (1.0 if plan == first else 1.005)
+
+    _, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 40, seconds)
+    assert not kind.learning and kind.best() in (first, second)
+    held, changes = kind.settled, 0
+    for _ in range(10):
+        _, turn = one_rank_calls(tuner, KEY, 4 << 20, turn, 20, seconds)
+        changes += kind.settled != held
+        held = kind.settled
+    assert changes == 0, changes
+    other = second if held == first else first
+
+    def faster(plan):
+        return 18e-3 if plan == other else seconds(plan)
+
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 4 * tuning.RECHECK, faster)
+    assert kind.best() == other and kind.settled == other and ran[-1] == other

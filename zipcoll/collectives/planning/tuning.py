@@ -11,7 +11,8 @@ kernels and sub-communicators are split, and at a new size its scratch, the call
 buffers and MPI's own temporaries are new, which can make that call several times the
 plan's later ones. Then the fastest runs, timed on every call where its calls take
 ``TIME_ALL`` or more (else one in ``SAMPLE``), and one call in ``RECHECK`` runs a
-runner-up, so a changed machine or network is noticed. A candidate more than ``DROP`` x
+runner-up, so a changed machine or network is noticed (another plan takes over once
+``SWITCH`` x faster than the one settled on). A candidate more than ``DROP`` x
 the best so far is dropped after its first timed call, for good (and so is a best that
 becomes that slow).
 
@@ -73,6 +74,7 @@ TRIALS = 2     # timed calls of a candidate before the fastest is settled on, fo
 CLOSE = 1.25   # within this of the best after one; the others one (re-checks time them again)
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
+SWITCH = 1.03  # once settled, another candidate takes over only when this much faster
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
 SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed where calls are short
 TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
@@ -127,7 +129,8 @@ class Kind:
         return self._estimates.get(plan)
 
     def best(self) -> PlanShape | None:
-        """The alive candidate with the lowest estimate (ties: model order); None untimed."""
+        """The alive candidate with the lowest estimate (ties: model order), but that once
+        settled the one settled on stays unless another is SWITCH x faster; None untimed."""
         return self._best
 
     @property
@@ -165,7 +168,14 @@ class Kind:
     def _refresh(self) -> None:
         timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
                  if c in self._estimates]
-        self._best = min(timed)[2] if timed else None
+        best = min(timed)[2] if timed else None
+        held = self.settled
+        # two plans that cost the same trade places as their medians cross: keep the one
+        # settled on until another is clearly faster
+        if (best is not None and held is not None and held != best and held in self._alive
+                and self._estimates[held] <= SWITCH * self._estimates[best]):
+            best = held
+        self._best = best
         if self._learning:
             self._learning = any(self.cold(c) or self._trial_due(c, len(self.times.get(c, ())))
                                  for c in self._alive)
