@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import zipcoll
 from zipcoll.collectives.context import context_for
@@ -244,3 +245,34 @@ def test_what_was_learned_is_saved_and_the_next_job_starts_tuned(comm, tmp_path,
     assert ran == [str(target)] * 5  # from the first call: measured, not tuned again
     ctx2, key2, kind2 = candidates(again)
     assert kind2 is None
+
+
+def test_a_plan_the_tuning_picked_runs_on_each_calls_own_buffers(comm):
+    """auto's tuned plan is made once per cached plan and shape: calls of one kind with
+    other buffers (other arrays, in place, a new result), some in flight together, each
+    get their own data and result."""
+    c = fresh(comm)
+    ctx, key, kind = candidates(c)
+    if comm.size == 1:
+        return
+    target = kind.candidates[-1]
+    table = {p: 2e-3 for p in kind.candidates}
+    table[target] = 1e-3
+    ctx.tuner.measure = Timer(table)
+    run_blocking(c, 33)  # the next four calls: none a re-check (one in RECHECK)
+    assert kind.best() == target and target != ctx.selector.choose(NBYTES, ctx.topology)
+    inputs = [data(comm, seed) for seed in range(4)]
+    expected = [comm.allreduce(x) for x in inputs]  # mpi4py's own, element by element
+    outs = [np.full_like(x, -1.0) for x in inputs]
+    requests = [zipcoll.iallreduce(inputs[0], outs[0], comm=c),
+                zipcoll.iallreduce(inputs[1], outs[1], comm=c)]
+    in_place = inputs[2].copy()
+    requests.append(zipcoll.iallreduce(MPI.IN_PLACE, in_place, comm=c))
+    requests.append(zipcoll.iallreduce(inputs[3], comm=c))  # a new array returned
+    results = [r.wait() for r in reversed(requests)][::-1]
+    assert all(str(r.plan.shape) == str(target) for r in requests), [r.plan for r in requests]
+    assert results[0] is outs[0] and results[1] is outs[1] and results[2] is in_place
+    for got, want in zip(results, expected):
+        assert np.array_equal(got, want)
+    assert np.array_equal(inputs[2], data(comm, 2))  # the others' send buffers untouched
+    c.Free()

@@ -117,8 +117,12 @@ def _collective(ctx: Context, plan: Plan, tuning: bool) -> bool:
         return True
     if not tuning or plan.auto is None:
         return False
-    return any(shape_uses_collectives(ctx.transport, plan.topology, shape)
-               for shape in ctx.tuner.possible(plan.auto[5], ctx.selector.profile))
+    possible = ctx.tuner.possible(plan.auto[5], ctx.selector.profile)
+    found = plan.memo.get(("collective", len(possible)))  # the set only shrinks: its size
+    if found is None:                                     # tells which it is
+        found = plan.memo[("collective", len(possible))] = any(
+            shape_uses_collectives(ctx.transport, plan.topology, shape) for shape in possible)
+    return found
 
 
 def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:

@@ -404,7 +404,15 @@ def _choose(plan: Plan, nbytes: int, selector: Selector) -> None:
 
 def with_shape(plan: Plan, shape: PlanShape) -> Plan:
     """auto's `plan` running `shape` instead (online tuning: one of the plans the model
-    ranked for the same arguments); its codecs only those the caller allowed."""
+    ranked for the same arguments); its codecs only those the caller allowed. Made once
+    per cached plan and shape (kept without the caller's buffers), then given this call's."""
+    made = plan.memo.get(("shaped", shape))
+    if made is None:
+        made = plan.memo[("shaped", shape)] = _with_buffers(_shaped(plan, shape), None, None, None)
+    return _with_buffers(made, plan.send, plan.recv, plan.recvbuf)
+
+
+def _shaped(plan: Plan, shape: PlanShape) -> Plan:
     nbytes, op, native, intra_codec, codec, _ = plan.auto
     new = dataclasses.replace(plan, schedule=SCHEDULES[shape.algorithm],
                               inner=SCHEDULES[shape.inner] if shape.inner else None,
