@@ -26,7 +26,6 @@ NumPy array of `ml_dtypes.bfloat16` (`BFLOAT16`), the dtype NumPy callers pass t
 """
 from __future__ import annotations
 
-
 import array as _pyarray
 import ctypes
 from dataclasses import dataclass

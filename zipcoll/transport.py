@@ -196,16 +196,9 @@ class Transport:
         the request is done: MPI reads it meanwhile) into int64 `counts`, in rank order."""
         return self.comm.Iallgather(mine, counts)
 
-    def agree(self, values: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Element-wise min and max of a small integer vector over all ranks, in one Allreduce."""
-        local = np.array(list(values) + [-v for v in values], dtype=np.int64)
-        out = np.empty_like(local)
-        self.comm.Allreduce(local, out, MPI.MIN)
-        n = len(values)
-        return out[:n], -out[n:]
-
     def iagree(self, values: list[int]) -> "Agreement":
-        """`agree` started, not waited (one Iallreduce); read it once its request is done."""
+        """The element-wise min and max of a small integer vector over all ranks, started
+        (one Iallreduce); read it once its request is done."""
         return Agreement(self.agree_comm, values)
 
     # -- scratch memory (process-wide: see ScratchPool) ------------------------------

@@ -131,10 +131,13 @@ def _tuned(ctx: Context, plan: Plan | None, turn: int) -> Plan | None:
         return plan
     nbytes, op, native, _, codec, kind = plan.auto
     shape = ctx.tuner.decide(turn, kind, ctx.selector.profile, nbytes)
-    if shape is None or shape == ctx.selector.choose(nbytes, plan.topology, codec,
-                                                     plan.work_dtype, op, native):
+    if shape is None:
         return plan
-    return with_shape(plan, shape)
+    chosen = plan.memo.get("chosen")  # the model's choice: `plan` itself, for its every copy
+    if chosen is None:
+        chosen = plan.memo["chosen"] = ctx.selector.choose(nbytes, plan.topology, codec,
+                                                           plan.work_dtype, op, native)
+    return plan if shape == chosen else with_shape(plan, shape)
 
 
 def explain(nbytes: int, comm: MPI.Intracomm | None = None, codec: Any = None,
