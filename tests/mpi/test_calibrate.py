@@ -122,10 +122,12 @@ def test_calibrated_plans_price_auto_on_this_layout(comm, quick, monkeypatch):
 def test_autocheck_times_auto_beside_every_plan(comm, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(autocheck, "SCREEN_SECONDS", 0.002)
     monkeypatch.setattr(autocheck, "ROUND_SECONDS", 0.002)
+    monkeypatch.setattr(autocheck, "PAIR_SECONDS", 0.002)
     path = comm.bcast(str(tmp_path / "autocheck.json"), root=0)
     assert autocheck.main(["-m", "1K:2K", "--codec", "int8", "--rounds", "2", "--json", path]) == 0
     # auto prices a size at its bucket's middle (1 KiB: 1448 B), with COMM_WORLD's profile
     expected = [str(explain(int(n * 2 ** 0.5), comm=MPI.COMM_WORLD).best) for n in (1024, 2048)]
+    every = {autocheck.label(p) for p in autocheck.plans_to_time(Topology.from_comm(comm), "int8")[0]}
     comm.Barrier()
     if comm.rank == 0:
         data = json.load(open(path))
@@ -134,4 +136,19 @@ def test_autocheck_times_auto_beside_every_plan(comm, tmp_path, monkeypatch, cap
         assert picks == (expected if comm.size > 1 else ["native", "native"])
         for size in data["sizes"]:
             assert size["seconds"]["auto"] > 0 and size["seconds"][autocheck.MPI_OWN] > 0
-        assert "pick/best" in capsys.readouterr().out
+            # the paired timing, mode by mode: its auto, its pick and its fastest plan of
+            # the rounds
+            plans = {x: s for x, s in size["seconds"].items()
+                     if not x.startswith("auto") and x != autocheck.MPI_OWN}
+            fastest = {"lossless": min((s, x) for x, s in plans.items() if "+" not in x)[1],
+                       "int8": min((s, x) for x, s in plans.items())[1]}
+            for mode, auto in [("lossless", "auto"), ("int8", "auto + int8")]:
+                paired = size["paired"][mode]
+                assert size["paired_calls"][mode] >= autocheck.MIN_PAIR_CALLS
+                assert {auto, size["picks"][mode], fastest[mode]} <= set(paired)
+                assert all(s > 0 for s in paired.values())
+                # which plan each of auto's calls there ran: a plan it may pick
+                ran = size["auto_ran"][mode]
+                assert len(ran) == size["paired_calls"][mode]
+                assert set(ran) <= every | {"model"}
+        assert "auto/best paired" in capsys.readouterr().out

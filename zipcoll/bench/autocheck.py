@@ -23,7 +23,16 @@ choosing costs a call). How, so that a shared or noisy machine misleads as littl
 - rounds: the rest, auto's picks, both autos and mpi4py's own Allreduce (for reference)
   are timed ``--rounds`` times in an order shuffled alike on every rank (each a few
   calls, OSU's way: a barrier before each call); a plan's time is the median over
-  rounds of the slowest rank's mean.
+  rounds of the slowest rank's mean;
+- paired: the rounds choose a mode's best, but its time there is the least of many
+  noisy medians, biased low (the fastest of twenty plans is also the luckiest), and a
+  round's few calls meet the machine's stalls or miss them. So, mode by mode, auto, its
+  pick and the mode's ``PAIRED`` fastest plans in the rounds are timed again, call by
+  call in turn (a barrier before each call, the order shuffled alike on every rank each
+  turn), for about ``PAIR_SECONDS`` each and at least ``MIN_PAIR_CALLS`` calls: a stall
+  then falls on any of them alike. A plan's paired time is the mean of the slowest
+  rank's time per call, every call counted (auto's re-checks of runner-ups too);
+  "auto/best paired" is auto's over the least of its mode's plans'.
 float32 SUM, different data on every rank. Results are not checked here: the tests do.
 """
 from __future__ import annotations
@@ -52,6 +61,9 @@ SCREEN_SECONDS = 0.02   # timed per plan and size in the screening
 ROUND_SECONDS = 0.05    # timed per plan and size in each round
 KEEP = 1.5              # screened plans within this factor of the fastest go on to the rounds
 MAX_CALLS = 200
+PAIRED = 3              # each mode's fastest plans in the rounds timed again beside its auto
+PAIR_SECONDS = 1.0      # timed per auto and plan, call by call in turn
+MIN_PAIR_CALLS = 8      # however slow the calls
 AUTO = "auto"
 MPI_OWN = "MPI_Allreduce"  # mpi4py's call, for reference: not one of auto's choices
 
@@ -66,6 +78,12 @@ class SizeResult:
     picks: dict = field(default_factory=dict)       # "lossless" / codec -> plan label
     predicted: dict = field(default_factory=dict)   # plan label -> model seconds
     tuned: dict = field(default_factory=dict)       # --online: auto -> what its tuning measured
+    paired: dict = field(default_factory=dict)      # mode -> label -> mean seconds, timed
+                                                    # call by call in turn with the mode's auto
+    paired_calls: dict = field(default_factory=dict)  # mode -> calls each made there
+    paired_ms: dict = field(default_factory=dict)   # mode -> label -> each call's ms there
+    auto_ran: dict = field(default_factory=dict)    # mode -> the plan each of auto's calls
+                                                    # there ran (its tuning's choice)
 
     def best(self, labels: list[str]) -> tuple[str, float]:
         """The fastest of `labels` in the rounds (a screening time only where none of them
@@ -146,6 +164,63 @@ def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], ro
     return result
 
 
+def time_paired(nbytes: int, result: SizeResult, plans: list[PlanShape],
+                autos: list[PlanShape], codec: str | None, comm: MPI.Intracomm) -> None:
+    """Mode by mode, auto, its pick and the mode's PAIRED fastest plans of the rounds,
+    timed again call by call in turn (`result.paired`, `result.paired_calls`)."""
+    rng = np.random.default_rng([7, comm.Get_rank()])
+    send = rng.standard_normal(max(1, nbytes // 4), dtype=np.float32)
+    recv = np.empty_like(send)
+    calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
+    lossless = [label(p) for p in plans if p.inter_codec is None]
+    topology = context_for(comm).topology
+    for mode, auto_label, allowed in _modes(plans, codec, lossless):
+        fastest = sorted((result.seconds[x], x) for x in allowed if x in result.seconds)
+        entrants = list(dict.fromkeys([auto_label, result.picks[mode]]
+                                      + [x for _, x in fastest[:PAIRED]]))
+        slowest = max(result.seconds[x] for x in entrants)
+        turns = max(MIN_PAIR_CALLS, calls_for(slowest, PAIR_SECONDS))
+        kind = context_for(comm).tuner.kinds.get(
+            key_of(nbytes, "float32", "sum", None if mode == "lossless" else mode, topology, True))
+        ran: list[str] = []
+        timed = [traced(calls[x], kind, ran) if x == auto_label else calls[x] for x in entrants]
+        took = in_turn(timed, turns, random.Random(nbytes), comm)
+        result.paired[mode] = {x: float(took[i].mean()) for i, x in enumerate(entrants)}
+        result.paired_ms[mode] = {x: [round(t * 1e3, 4) for t in took[i]]
+                                  for i, x in enumerate(entrants)}
+        result.paired_calls[mode] = turns
+        result.auto_ran[mode] = ran
+
+
+def traced(call: Callable, kind, ran: list[str]) -> Callable:
+    """`call` (an auto's) that adds to `ran` the plan its tuning ran (the candidate whose
+    tries grew; "model" where the kind is not tuned)."""
+    def run():
+        before = dict(kind.tries) if kind is not None else {}
+        call()
+        grew = [p for p, n in (kind.tries if kind is not None else {}).items()
+                if n != before.get(p, 0)]
+        ran.append(label(grew[0]) if grew else "model")
+    return run
+
+
+def in_turn(calls: list[Callable], turns: int, order: random.Random,
+            comm: MPI.Intracomm) -> np.ndarray:
+    """Each of `calls` once a turn, in an order shuffled each turn (`order`: seeded alike on
+    every rank), a barrier before each: [call, turn] -> the slowest rank's seconds."""
+    took = np.zeros((len(calls), turns))
+    for turn in range(turns):
+        sequence = list(range(len(calls)))
+        order.shuffle(sequence)
+        for i in sequence:
+            comm.Barrier()
+            start = MPI.Wtime()
+            calls[i]()
+            took[i, turn] = MPI.Wtime() - start
+    comm.Allreduce(MPI.IN_PLACE, took, op=MPI.MAX)
+    return took
+
+
 def auto_picks(nbytes: int, topology: Topology, codec: str | None, comm: MPI.Intracomm) -> dict:
     """What auto runs at ``nbytes``: what its online tuning settled on, else the Selector's
     choice (rank 0's profile, cached per bucket)."""
@@ -178,7 +253,8 @@ def learn(nbytes: int, autos: list[PlanShape], calls: int, comm: MPI.Intracomm) 
 
 def ratio_row(result: SizeResult, plans: list[PlanShape], codec: str | None) -> list[str]:
     """Cells of one size, for each auto: its pick, the best plan measured and its time, the
-    pick's time over the best's, and auto's own calls' time over the best's."""
+    pick's time over the best's, auto's own calls' time over the best's in the rounds, and
+    auto's over its mode's best in the paired timing."""
     lossless = [label(p) for p in plans if p.inter_codec is None]
     cells = [_size_text(result.nbytes)]
     for mode, auto_label, allowed in _modes(plans, codec, lossless):
@@ -186,8 +262,15 @@ def ratio_row(result: SizeResult, plans: list[PlanShape], codec: str | None) -> 
         pick = result.picks[mode]
         pick_s = result.best([pick])[1]
         cells += [pick, best, _ms(best_s), f"{pick_s / best_s:.2f}",
-                  f"{result.seconds[auto_label] / best_s:.2f}"]
+                  f"{result.seconds[auto_label] / best_s:.2f}",
+                  f"{paired_ratio(result, mode, auto_label):.2f}"]
     return cells + [_ms(result.seconds[MPI_OWN])]
+
+
+def paired_ratio(result: SizeResult, mode: str, auto_label: str) -> float:
+    """auto's mean over the least mean of its mode's plans, in the paired timing."""
+    times = result.paired[mode]
+    return times[auto_label] / min(s for x, s in times.items() if x != auto_label)
 
 
 def _modes(plans: list[PlanShape], codec: str | None, lossless: list[str]):
@@ -210,7 +293,8 @@ def _size_text(nbytes: int) -> str:
 def header(codec: str | None) -> list[str]:
     cols = ["size"]
     for mode in ["lossless"] + ([codec] if codec else []):
-        cols += [f"auto ({mode}) picks", "best measured", "ms", "pick/best", "auto/best"]
+        cols += [f"auto ({mode}) picks", "best measured", "ms", "pick/best", "auto/best",
+                 "auto/best paired"]
     return cols + ["MPI_Allreduce ms"]
 
 
@@ -255,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         picks = auto_picks(nbytes, topology, args.codec, comm)
         result = measure_size(nbytes, plans, autos, args.rounds, comm, tuple(picks.values()))
         result.picks = picks
+        time_paired(nbytes, result, plans, autos, args.codec, comm)
         result.tuned = tuned
         result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec,
                                                                      topology)}

@@ -1,5 +1,8 @@
 """Per layout: auto's own calls (tuned online, no profile) over the best plan measured, at
-each size, and how many sizes are within 1.10x and 1.15x; from LAYOUT.online.json."""
+each size, and how many sizes are within 1.10x and 1.15x; from LAYOUT.online.json.
+
+Runs that have it (autocheck's "paired" timing: each auto beside its mode's fastest plans
+of the rounds, call by call in turn) are judged by it; older runs by the rounds."""
 import json
 import sys
 from pathlib import Path
@@ -7,10 +10,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def ratios(path: Path) -> list[tuple[int, float, float | None]]:
+def ratios(path: Path, paired: bool = True) -> list[tuple[int, float, float | None]]:
+    """(bytes, lossless auto / best lossless, auto with the codec / best) per size; from
+    the paired timing where the run has it and `paired`, else from the rounds."""
     data = json.loads(path.read_text())
     rows = []
     for size in data["sizes"]:
+        if paired and size.get("paired"):
+            rows.append(_paired(size, data["codec"]))
+            continue
         times = {**size["screened"], **size["seconds"]}
         lossless = [k for k in times if "+" not in k and not k.startswith("auto")
                     and k != "MPI_Allreduce"]
@@ -21,6 +29,15 @@ def ratios(path: Path) -> list[tuple[int, float, float | None]]:
         rows.append((size["nbytes"], size["seconds"]["auto"] / best,
                      None if coded is None else coded / best_coded))
     return rows
+
+
+def _paired(size: dict, codec: str | None) -> tuple[int, float, float | None]:
+    """auto's mean over the least of its mode's plans', each mode timed call by call in turn."""
+    def ratio(mode: str) -> float:
+        times = size["paired"][mode]
+        auto = "auto" if mode == "lossless" else f"auto + {mode}"
+        return times[auto] / min(s for x, s in times.items() if x != auto)
+    return size["nbytes"], ratio("lossless"), ratio(codec) if codec else None
 
 
 def _best(size: dict, labels: list[str]) -> float:
