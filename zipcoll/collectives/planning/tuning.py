@@ -31,12 +31,14 @@ agreed numbers only:
 - a call's plan is decided after its own agreement has been read (`Tuner.decide`), from
   that state: the same on every rank. What a rank measured alone never decides anything.
 
-Which plans may be tried is fixed before any timing: the model's ``LOSSLESS`` best
-lossless plans, MPI's own Allreduce where the op and dtype allow it, and with a codec
-allowed the model's ``CODED`` best that carry it; in each group also those it prices
-within ``TIE`` of that group's best, up to ``TIED`` (`_leading`), and the flat ring where
-priced within ``HEDGE`` of the best (`_hedge`), but for the lossless group of a kind that
-may compress
+Which plans may be tried is fixed before any timing, from the model's ranking with plans
+that run the same steps on the layout counted once (`_distinct`): the model's
+``LOSSLESS`` best lossless plans, MPI's own Allreduce where the op and dtype allow it, and
+with a codec allowed the model's ``CODED`` best that carry it and those it prices within
+``TIE`` of their best, up to ``TIED`` (`_leading`). A lossless kind (no codec that may
+pay) also tries the flat ring and the cheapest plan of each two-level schedule where
+priced within ``HEDGE`` of the best (`_hedges`), then its near ties as far as
+``LEARNABLE`` candidates
 (`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
 never a lossy codec the caller did not pass). A call started before the last
 agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
@@ -59,7 +61,7 @@ from typing import Any, Callable
 import numpy as np
 
 from zipcoll.collectives.planning.model import Shape
-from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
+from zipcoll.collectives.planning.plans import PlanShape, codec_idle, levels, rank_plans
 from zipcoll.collectives.planning.profile import Profile
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket, spec_of
 from zipcoll.collectives.progress import Gate
@@ -69,7 +71,9 @@ LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
 TIE = 1.05     # plans the model prices within this of its cheapest are tried too, up to TIED
 TIED = 5       # of each group (lossless, carrying the codec)
-HEDGE = 2.0    # the flat ring is tried wherever the model prices it within this of its best
+HEDGE = 2.0    # the flat ring and each two-level structure are tried within this of the best
+LEARNABLE = 7  # a lossless kind's candidates: each a warm-up and a timed call, the close
+               # ones a second, in its first 20 calls
 TRIALS = 2     # timed calls of a candidate before the fastest is settled on, for those
 CLOSE = 1.25   # within this of the best after one; the others one (re-checks time them again)
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
@@ -433,16 +437,58 @@ def _leading(priced: list[tuple[float, PlanShape]], least: int) -> list[PlanShap
 _RING = PlanShape("ring")
 
 
-def _hedge(priced: list[tuple[float, PlanShape]]) -> list[PlanShape]:
-    """The flat ring, where the model prices it within HEDGE of its cheapest.
+def _hedges(priced: list[tuple[float, PlanShape]]) -> list[PlanShape]:
+    """The flat ring and the cheapest plan of each two-level schedule, each where the model
+    prices it within HEDGE of its cheapest.
 
-    A ring rank sends to one neighbour at a time, so what the model leaves out (ranks
-    sharing cores, flows sharing a TCP link, several senders at one receiver) slows it
-    least: the model ranks it behind schedules that the machine then runs slower (on one
-    node of 4 ranks on 2 cores, 1.1-1.3x slower at 8-64 MiB than the flat ring the model
-    priced 1.4-1.6x theirs). It is also what most jobs run without zipcoll."""
+    The model errs by structure more than by schedule. A ring rank sends to one neighbour
+    at a time, so what the model leaves out (ranks sharing cores, flows sharing a TCP link,
+    several senders at one receiver) slows it least: the model ranks it behind schedules
+    that the machine then runs slower (on one node of 4 ranks on 2 cores, 1.1-1.3x slower
+    at 8-64 MiB than the flat ring the model priced 1.4-1.6x theirs); it is also what
+    most jobs run without zipcoll. A two-level plan runs in slices, several in flight,
+    which the model prices by its busiest resource: on that node the hierarchical ring,
+    priced 1.47x the torus plans at 64 MiB, ran 1.1-1.2x faster than they did. So each
+    structure near the best gets one trial, and the timing decides."""
     cheapest = priced[0][0] if priced else 0.0
-    return [p for s, p in priced if p == _RING and s <= HEDGE * cheapest]
+    found: dict[str, PlanShape] = {}
+    for seconds, plan in priced:
+        if seconds > HEDGE * cheapest:
+            break
+        structure = plan.algorithm if SCHEDULES[plan.algorithm].two_level else str(plan)
+        if (plan == _RING or plan.inner is not None) and structure not in found:
+            found[structure] = plan
+    return list(found.values())
+
+
+def _distinct(priced: list[tuple[float, PlanShape]], shape: Shape) -> list[tuple[float, PlanShape]]:
+    """`priced` without the plans that run another's steps on this layout.
+
+    A two-level plan whose inter level is one rank (a hierarchical plan on one node) runs
+    its level-1 ring whatever its inner schedule: one of them stands for all (the ring
+    inner, the default, where it is among them; one over a native inner level runs its
+    slices one at a time, so it stays apart). Trying each would spend the learning on
+    one plan under several names."""
+    kept: dict[tuple, int] = {}
+    out: list[tuple[float, PlanShape]] = []
+    for seconds, plan in priced:
+        key = _steps_of(plan, shape)
+        if key not in kept:
+            kept[key] = len(out)
+            out.append((seconds, plan))
+        elif plan.inner == "ring":
+            out[kept[key]] = (out[kept[key]][0], plan)
+    return out
+
+
+def _steps_of(plan: PlanShape, shape: Shape) -> tuple:
+    """What names the steps `plan` runs on a layout of `shape` (`_distinct`)."""
+    schedule = SCHEDULES[plan.algorithm]
+    if schedule.two_level and plan.inner is not None:
+        found = levels(schedule, shape)
+        if found is not None and found.columns[0] == 1:
+            return plan.algorithm, SCHEDULES[plan.inner].native, plan.intra_codec
+    return tuple(plan)
 
 
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
@@ -450,6 +496,7 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
     if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
         return None  # one rank: a copy; measured: what the job did already decides
+    ranked = _distinct(ranked, shape)
     lossless = [(s, p) for s, p in ranked if p.inter_codec is None and p.intra_codec is None]
     # auto compresses only across nodes (a node's shared memory is faster than any codec
     # here): on one node no coded plan is tried either, lossy codec allowed or not
@@ -461,8 +508,12 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     # does: the model's best LOSSLESS and MPI's own. Its near ties are the lossless kind's
     # to tell apart; here each would cost two calls more of the learning (a warm-up and a
     # timed call), which 20 calls did not cover with them
-    fallback = [p for _, p in lossless[:LOSSLESS]] if coded else _leading(lossless, LOSSLESS)
-    chosen = set(fallback + _leading(coded, CODED) + own + ([] if coded else _hedge(lossless)))
+    if coded:
+        chosen = set([p for _, p in lossless[:LOSSLESS]] + own + _leading(coded, CODED))
+    else:  # near ties only as far as LEARNABLE leaves room after the structures' hedges
+        first = list(dict.fromkeys([p for _, p in lossless[:LOSSLESS]] + own + _hedges(lossless)))
+        ties = [p for p in _leading(lossless, LOSSLESS) if p not in first]
+        chosen = set(first + ties[:max(0, LEARNABLE - len(first))])
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
