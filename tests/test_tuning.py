@@ -378,6 +378,36 @@ def test_on_one_node_a_codec_allowed_learns_with_the_lossless_calls():
     assert across[0] is not across[1]
 
 
+def test_a_runner_up_takes_over_only_on_times_taken_since_it_looked_faster():
+    """Once settled, every plan's calls become 20% slower (the machine changed): the best's
+    own recent times show it, a runner-up's older times do not, so by them it looks
+    faster. It is timed again on the next calls and judged on those: it stays a runner-up.
+    A runner-up that is faster on its new times does take over."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    best, other = kind.candidates[-1], kind.candidates[-2]
+    slower = [1.0]
+
+    def seconds(plan):
+        base = {best: 10e-3, other: 11e-3}.get(plan, 20e-3)
+        return base * slower[0]
+
+    ran, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 40, seconds)
+    assert not kind.learning and kind.settled == best and len(kind.times[other]) == 2
+    slower[0] = 1.2
+    ran, turn = one_rank_calls(tuner, KEY, 4 << 20, turn, 30, seconds)
+    again = [i for i, p in enumerate(ran) if p == other]
+    assert 1 <= len(again) <= tuning.CONFIRM - 1, ran  # at once, not a RECHECK later
+    assert kind.settled == best and kind.best() == best and ran[-1] == best
+
+    def faster(plan):
+        return 9e-3 if plan == other else seconds(plan)
+
+    rounds = len(kind.alive()) * tuning.RECHECK  # every runner-up re-checked once
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, rounds, faster)
+    assert kind.settled == other and ran[-1] == other
+
+
 def test_two_plans_that_cost_the_same_do_not_trade_places_once_settled():
     """Their medians cross now and then (here within 2% of each other); the one settled
     on stays. One that becomes clearly faster (10%) still takes over."""

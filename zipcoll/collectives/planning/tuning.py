@@ -12,9 +12,12 @@ buffers and MPI's own temporaries are new, which can make that call several time
 plan's later ones. Then the fastest runs, timed on every call where its calls take
 ``TIME_ALL`` or more (else one in ``SAMPLE``), and one call in ``RECHECK`` runs a
 runner-up, so a changed machine or network is noticed (another plan takes over once
-``SWITCH`` x faster than the one settled on). A candidate more than ``DROP`` x
-the best so far is dropped after its first timed call, for good (and so is a best that
-becomes that slow).
+``SWITCH`` x faster than the one settled on, over ``CONFIRM`` times of its own taken
+since it looked faster, on the next calls: the luckiest of several runner-ups' re-checks
+is no evidence, nor are a runner-up's times from before the machine changed). A
+candidate more than
+``DROP`` x the best so far is dropped after its first timed call, for good (and so is a
+best that becomes that slow).
 
 Every rank must run the same plan for the same call, so a decision is a function of
 agreed numbers only:
@@ -78,7 +81,10 @@ TRIALS = 2     # timed calls of a candidate before the fastest is settled on, fo
 CLOSE = 1.25   # within this of the best after one; the others one (re-checks time them again)
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
-SWITCH = 1.03  # once settled, another candidate takes over only when this much faster
+SWITCH = 1.03  # once settled, another candidate takes over only when this much faster,
+CONFIRM = 3    # and timed this many times since it looked faster (it is timed again on the
+               # next calls: one lucky call is the fastest of several noisy draws, and its
+               # older times may be from another state of the machine)
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
 SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed where calls are short
 TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
@@ -122,7 +128,8 @@ class Kind:
         self._alive = list(self.candidates)
         self._estimates: dict[PlanShape, float] = {}
         self._best: PlanShape | None = None
-        self._learning = True
+        self._challenger: PlanShape | None = None  # faster than the one settled on, on
+        self._learning = True                      # fewer than CONFIRM times
 
     def alive(self) -> list[PlanShape]:
         """The candidates not dropped, in model order."""
@@ -173,23 +180,37 @@ class Kind:
         timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
                  if c in self._estimates]
         best = min(timed)[2] if timed else None
-        held = self.settled
+        held, challenger = self.settled, None
         # two plans that cost the same trade places as their medians cross: keep the one
-        # settled on until another is clearly faster
-        if (best is not None and held is not None and held != best and held in self._alive
-                and self._estimates[held] <= SWITCH * self._estimates[best]):
-            best = held
+        # settled on until another is clearly faster, over CONFIRM times of its own taken
+        # since it looked faster (its older ones may be from another state of the machine)
+        if best is not None and held is not None and held != best and held in self._alive:
+            if self._estimates[held] <= SWITCH * self._estimates[best]:
+                best = held
+            else:
+                challenger = best
+                if challenger != self._challenger:
+                    self._judge_anew(challenger)
+                if len(self.times[challenger]) < CONFIRM:
+                    best = held  # until then `choose` runs it while it still looks faster
+        self._challenger = challenger
         self._best = best
         if self._learning:
             self._learning = any(self.cold(c) or self._trial_due(c, len(self.times.get(c, ())))
                                  for c in self._alive)
 
+    def _judge_anew(self, plan: PlanShape) -> None:
+        """`plan` keeps only its latest time: its next ones decide whether it takes over."""
+        del self.times[plan][:-1], self.sizes[plan][:-1]
+        self._estimates[plan] = self.times[plan][0]
+
     def choose(self) -> PlanShape:
         """The next call's plan: of the candidates still owed a call, the first (model
         order) of those with the fewest times so far, so every candidate is timed once
         before any is timed twice and one much slower than the others is dropped after
-        that one call; else the best (or, one call in RECHECK, a runner-up in turn); then
-        counts its try."""
+        that one call; else a runner-up that looks faster than the one settled on until
+        it has CONFIRM times, else the best (or, one call in RECHECK, a runner-up in
+        turn); then counts its try."""
         self.calls += 1
         plan = None
         if self._learning:
@@ -198,7 +219,11 @@ class Kind:
         if plan is None:
             plan = self._best or self._alive[0]
             others = len(self._alive) - 1
-            if not self._learning and others and self.calls % RECHECK == 0:
+            challenger = self._challenger
+            if (challenger is not None and self._timed_or_due(challenger) < CONFIRM
+                    and SWITCH * self._estimates[challenger] < self._estimates[plan]):
+                plan = challenger
+            elif not self._learning and others and self.calls % RECHECK == 0:
                 self.rechecks += 1
                 plan = [c for c in self._alive if c != plan][(self.rechecks - 1) % others]
         self.tries[plan] = self.tries.get(plan, 0) + 1
