@@ -175,8 +175,9 @@ def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     def turned_slow(plan):
         return 40e-3 if plan == target and next(count) % 3 else base[plan]
 
-    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 12, turned_slow)
-    assert ran[0] == target and ran[-3:] == [runner_up] * 3, ran  # (one re-check between)
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 16, turned_slow)
+    # (one re-check between; then the two in turn, CONFIRM calls each)
+    assert ran[0] == target and ran[-4:] == [runner_up] * 4, ran
 
 
 def test_a_candidate_well_behind_after_one_timed_call_gets_no_second_during_learning():
@@ -378,11 +379,11 @@ def test_on_one_node_a_codec_allowed_learns_with_the_lossless_calls():
     assert across[0] is not across[1]
 
 
-def test_a_runner_up_takes_over_only_on_times_taken_since_it_looked_faster():
+def test_a_runner_up_takes_over_only_on_calls_run_in_turn_with_the_best():
     """Once settled, every plan's calls become 20% slower (the machine changed): the best's
     own recent times show it, a runner-up's older times do not, so by them it looks
-    faster. It is timed again on the next calls and judged on those: it stays a runner-up.
-    A runner-up that is faster on its new times does take over."""
+    faster. The two then run in turn, CONFIRM calls each, and those calls alone judge:
+    it stays a runner-up. A runner-up that is faster on them does take over."""
     tuner = Tuner()
     kind = tuner.kind(KEY, DEFAULT_PROFILE)
     best, other = kind.candidates[-1], kind.candidates[-2]
@@ -397,13 +398,17 @@ def test_a_runner_up_takes_over_only_on_times_taken_since_it_looked_faster():
     slower[0] = 1.2
     ran, turn = one_rank_calls(tuner, KEY, 4 << 20, turn, 30, seconds)
     again = [i for i, p in enumerate(ran) if p == other]
-    assert 1 <= len(again) <= tuning.CONFIRM - 1, ran  # at once, not a RECHECK later
+    # run in turn with the best at once (not a RECHECK later), CONFIRM calls
+    assert len(again) == tuning.CONFIRM and set(np.diff(again)) == {2}, again
+    assert all(ran[i + 1] == best for i in again), ran
     assert kind.settled == best and kind.best() == best and ran[-1] == best
 
     def faster(plan):
         return 9e-3 if plan == other else seconds(plan)
 
-    rounds = len(kind.alive()) * tuning.RECHECK  # every runner-up re-checked once
+    # its re-checks (one in RECHECK calls, the runner-ups in turn) move its median past
+    # the duel's three times, then a duel
+    rounds = 3 * len(kind.alive()) * tuning.RECHECK
     ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, rounds, faster)
     assert kind.settled == other and ran[-1] == other
 

@@ -12,10 +12,10 @@ buffers and MPI's own temporaries are new, which can make that call several time
 plan's later ones. Then the fastest runs, timed on every call where its calls take
 ``TIME_ALL`` or more (else one in ``SAMPLE``), and one call in ``RECHECK`` runs a
 runner-up, so a changed machine or network is noticed (another plan takes over once
-``SWITCH`` x faster than the one settled on, over ``CONFIRM`` times of its own taken
-since it looked faster, on the next calls: the luckiest of several runner-ups' re-checks
-is no evidence, nor are a runner-up's times from before the machine changed). A
-candidate more than
+``SWITCH`` x faster than the one settled on in a duel: a runner-up that looks that much
+faster runs in turn with it until each has ``CONFIRM`` times from those calls, which
+alone then decide, since the luckiest of several runner-ups' re-checks is no evidence,
+nor are times from before the machine changed). A candidate more than
 ``DROP`` x the best so far is dropped after its first timed call, for good (and so is a
 best that becomes that slow).
 
@@ -82,9 +82,7 @@ CLOSE = 1.25   # within this of the best after one; the others one (re-checks ti
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 SWITCH = 1.03  # once settled, another candidate takes over only when this much faster,
-CONFIRM = 3    # and timed this many times since it looked faster (it is timed again on the
-               # next calls: one lucky call is the fastest of several noisy draws, and its
-               # older times may be from another state of the machine)
+CONFIRM = 3    # over this many calls run in turn with the one settled on (a duel)
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
 SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed where calls are short
 TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
@@ -128,8 +126,11 @@ class Kind:
         self._alive = list(self.candidates)
         self._estimates: dict[PlanShape, float] = {}
         self._best: PlanShape | None = None
-        self._challenger: PlanShape | None = None  # faster than the one settled on, on
-        self._learning = True                      # fewer than CONFIRM times
+        self._learning = True
+        self._learned: dict[PlanShape, int] = {}  # times learned per plan, ever
+        # the one settled on and a runner-up that looks faster, run in turn: each plan's
+        # count of times learned when the duel began
+        self._duel: dict[PlanShape, int] | None = None
 
     def alive(self) -> list[PlanShape]:
         """The candidates not dropped, in model order."""
@@ -143,6 +144,11 @@ class Kind:
         """The alive candidate with the lowest estimate (ties: model order), but that once
         settled the one settled on stays unless another is SWITCH x faster; None untimed."""
         return self._best
+
+    @property
+    def dueling(self) -> bool:
+        """Whether a runner-up and the plan settled on are run in turn (`_refresh`)."""
+        return self._duel is not None
 
     @property
     def learning(self) -> bool:
@@ -180,37 +186,57 @@ class Kind:
         timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
                  if c in self._estimates]
         best = min(timed)[2] if timed else None
-        held, challenger = self.settled, None
+        held = self.settled
         # two plans that cost the same trade places as their medians cross: keep the one
-        # settled on until another is clearly faster, over CONFIRM times of its own taken
-        # since it looked faster (its older ones may be from another state of the machine)
-        if best is not None and held is not None and held != best and held in self._alive:
-            if self._estimates[held] <= SWITCH * self._estimates[best]:
-                best = held
-            else:
-                challenger = best
-                if challenger != self._challenger:
-                    self._judge_anew(challenger)
-                if len(self.times[challenger]) < CONFIRM:
-                    best = held  # until then `choose` runs it while it still looks faster
-        self._challenger = challenger
+        # settled on until another is clearly faster, on calls run in turn with it (their
+        # older times may be from another state of the machine, and one lucky re-check is
+        # the fastest of several runner-ups' noisy draws)
+        if self._duel is not None:
+            best = self._after_duel(held, best)
+        elif best is not None and held is not None and held != best and held in self._alive:
+            if self._estimates[held] > SWITCH * self._estimates[best]:
+                self._duel = {held: self._learned[held], best: self._learned[best]}
+            best = held
         self._best = best
         if self._learning:
             self._learning = any(self.cold(c) or self._trial_due(c, len(self.times.get(c, ())))
                                  for c in self._alive)
 
-    def _judge_anew(self, plan: PlanShape) -> None:
-        """`plan` keeps only its latest time: its next ones decide whether it takes over."""
-        del self.times[plan][:-1], self.sizes[plan][:-1]
-        self._estimates[plan] = self.times[plan][0]
+    def _after_duel(self, held: PlanShape | None, best: PlanShape | None) -> PlanShape | None:
+        """While the duel lasts, the plan settled on. Once each of the two has CONFIRM times
+        from it, both keep only those (one stretch of calls, in turn) and the runner-up
+        takes over if SWITCH x faster on them."""
+        duel = self._duel
+        if held not in duel or any(p not in self._alive for p in duel):
+            self._duel = None  # one of them was dropped
+            return held if held in self._alive else best
+        if any(self._since(p) < CONFIRM for p in duel):
+            return held
+        for plan in duel:
+            keep = self._since(plan)
+            del self.times[plan][:-keep], self.sizes[plan][:-keep]
+            self._estimates[plan] = statistics.median(self.times[plan])
+        self._duel = None
+        runner_up = next(p for p in duel if p != held)
+        if SWITCH * self._estimates[runner_up] >= self._estimates[held]:
+            return held
+        self.settled = runner_up
+        if self.loud:
+            log.info("auto %s: settled on %s, %.3f ms against %s's %.3f ms, run in turn",
+                     self.label, runner_up, self._estimates[runner_up] * 1e3, held,
+                     self._estimates[held] * 1e3)
+        return runner_up
+
+    def _since(self, plan: PlanShape) -> int:
+        """`plan`'s times learned since the duel began (at most KEEP are kept)."""
+        return min(KEEP, self._learned.get(plan, 0) - self._duel[plan])
 
     def choose(self) -> PlanShape:
         """The next call's plan: of the candidates still owed a call, the first (model
         order) of those with the fewest times so far, so every candidate is timed once
         before any is timed twice and one much slower than the others is dropped after
-        that one call; else a runner-up that looks faster than the one settled on until
-        it has CONFIRM times, else the best (or, one call in RECHECK, a runner-up in
-        turn); then counts its try."""
+        that one call; else the best (or, one call in RECHECK, a runner-up in turn), in
+        a duel in turn with the runner-up that looks faster; then counts its try."""
         self.calls += 1
         plan = None
         if self._learning:
@@ -219,10 +245,11 @@ class Kind:
         if plan is None:
             plan = self._best or self._alive[0]
             others = len(self._alive) - 1
-            challenger = self._challenger
-            if (challenger is not None and self._timed_or_due(challenger) < CONFIRM
-                    and SWITCH * self._estimates[challenger] < self._estimates[plan]):
-                plan = challenger
+            duel = self._duel
+            if duel is not None and plan in duel:
+                runner_up = next(p for p in duel if p != plan)
+                if self._due(runner_up) <= self._due(plan):
+                    plan = runner_up
             elif not self._learning and others and self.calls % RECHECK == 0:
                 self.rechecks += 1
                 plan = [c for c in self._alive if c != plan][(self.rechecks - 1) % others]
@@ -231,8 +258,13 @@ class Kind:
             self._refresh()
         return plan
 
+    def _due(self, plan: PlanShape) -> int:
+        """`plan`'s duel calls: times learned since it began, and calls in flight."""
+        return self._learned.get(plan, 0) - self._duel[plan] + self.pending.get(plan, 0)
+
     def learn(self, plan: PlanShape, seconds: float, nbytes: int) -> None:
         """A call's agreed time: kept, then every candidate over DROP x the best dropped."""
+        self._learned[plan] = self._learned.get(plan, 0) + 1
         times, sizes = self.times.setdefault(plan, []), self.sizes.setdefault(plan, [])
         times.append(seconds)
         sizes.append(nbytes)
@@ -365,8 +397,8 @@ class Tuner:
         if kind is None:
             return None
         plan = kind.choose()
-        if (not kind.learning and plan == kind.best() and kind.calls % SAMPLE
-                and kind.estimate(plan) < TIME_ALL):
+        if (not kind.learning and not kind.dueling and plan == kind.best()
+                and kind.calls % SAMPLE and kind.estimate(plan) < TIME_ALL):
             return plan  # settled, short calls: one of the best's in SAMPLE is timed
         warm_up = kind.cold(plan)
         self._warmed.add((plan, kind.dtype, kind.bucket))
