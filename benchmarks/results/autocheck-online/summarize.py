@@ -2,10 +2,14 @@
 each size, and how many sizes are within 1.10x and 1.15x; from LAYOUT.online.json.
 
 Runs that have it (autocheck's "paired" timing: each auto beside its mode's fastest plans
-of the rounds, call by call in turn) are judged by it; older runs by the rounds."""
+of the rounds, call by call in turn) are judged by it, from each call's time where the
+run kept them (`autocheck.capped_means`: a stall counted as STALL x the median call);
+older runs by the rounds."""
 import json
 import sys
 from pathlib import Path
+
+from zipcoll.bench.autocheck import capped_means
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +38,8 @@ def ratios(path: Path, paired: bool = True) -> list[tuple[int, float, float | No
 def _paired(size: dict, codec: str | None) -> tuple[int, float, float | None]:
     """auto's mean over the least of its mode's plans', each mode timed call by call in turn."""
     def ratio(mode: str) -> float:
-        times = size["paired"][mode]
+        calls = size.get("paired_ms", {}).get(mode)
+        times = capped_means(calls) if calls else size["paired"][mode]
         auto = "auto" if mode == "lossless" else f"auto + {mode}"
         return times[auto] / min(s for x, s in times.items() if x != auto)
     return size["nbytes"], ratio("lossless"), ratio(codec) if codec else None
