@@ -4,7 +4,9 @@ The cost model prices plans from a profile; without a calibration run that profi
 the defaults, which may describe another network. So the first calls of each kind (size
 bucket, dtype, op, codec allowed, layout, whether native plans may run: the Selector's
 key) run the model's best few candidates in turn, each timed once before any is timed
-twice (and twice only if within ``CLOSE`` of the best), as the slowest rank saw it.
+twice, as the slowest rank saw it; a candidate's estimate is the lower median of its
+times (of two, the lesser: the noise of a shared machine only ever slows a call, and one
+stalled call must not condemn a plan).
 A plan's first call at each size bucket (for a dtype) is its untimed warm-up, in
 whichever kind of that bucket it comes first: on the communicator Numba compiles its
 kernels and sub-communicators are split, and at a new size its scratch, the caller's
@@ -75,10 +77,9 @@ CODED = 4      # candidates carrying the allowed codec (their predictions err th
 TIE = 1.05     # plans the model prices within this of its cheapest are tried too, up to TIED
 TIED = 5       # of each group (lossless, carrying the codec)
 HEDGE = 2.0    # the flat ring and each two-level structure are tried within this of the best
-LEARNABLE = 7  # a lossless kind's candidates: each a warm-up and a timed call, the close
-               # ones a second, in its first 20 calls
-TRIALS = 2     # timed calls of a candidate before the fastest is settled on, for those
-CLOSE = 1.25   # within this of the best after one; the others one (re-checks time them again)
+LEARNABLE = 7  # a lossless kind's candidates: each a warm-up and TRIALS timed calls,
+               # about its first 20 calls
+TRIALS = 2     # timed calls of a candidate (not dropped) before the fastest is settled on
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 SWITCH = 1.03  # once settled, another candidate takes over only when this much faster,
@@ -88,7 +89,7 @@ SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed where cal
 TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
                  # is then under a few percent, and a plan whose calls turn slow half the
                  # time shows in its median within a few calls
-KEEP = 8       # the latest times kept per candidate; its estimate is their median
+KEEP = 8       # the latest times kept per candidate; its estimate is their lower median
 WINDOW = 4     # a call's time rides in the agreements of the WINDOW calls after it
 SLOTS = 2 * WINDOW  # numbers the agreement carries: (t, -t) per call, microseconds, 0: not done
 
@@ -137,7 +138,7 @@ class Kind:
         return self._alive
 
     def estimate(self, plan: PlanShape) -> float | None:
-        """The median of `plan`'s latest KEEP times; None untimed."""
+        """The lower median of `plan`'s latest KEEP times; None untimed."""
         return self._estimates.get(plan)
 
     def best(self) -> PlanShape | None:
@@ -153,25 +154,19 @@ class Kind:
     @property
     def learning(self) -> bool:
         """Whether a candidate still lacks its warm-up, or its TRIALS times (and has tries
-        left, and is not over CLOSE x the best)."""
+        left)."""
         return self._learning
 
     def _owed(self, plan: PlanShape) -> bool:
         """Whether `plan` is still owed a call: its warm-up, or a trial (times learned or
-        in flight short of TRIALS, tries left, and not timed over CLOSE x the best)."""
+        in flight short of TRIALS, and tries left)."""
         return self.cold(plan) or self._trial_due(plan, self._timed_or_due(plan))
 
     def _trial_due(self, plan: PlanShape, counted: int) -> bool:
-        """Whether `plan`, with `counted` times, is owed another trial: short of TRIALS,
-        tries left, and not timed over CLOSE x the best."""
-        return counted < TRIALS and self.tries.get(plan, 0) < TRIES and self._close(plan)
-
-    def _close(self, plan: PlanShape) -> bool:
-        """Whether `plan` is untimed or timed within CLOSE x the best: a second trial can
-        only matter to such a plan (one further behind is left to the re-checks)."""
-        estimate = self._estimates.get(plan)
-        return estimate is None or self._best is None or \
-            estimate <= CLOSE * self._estimates[self._best]
+        """Whether `plan`, with `counted` times, is owed another trial: short of TRIALS
+        and tries left. A plan within DROP of the best gets its second whatever its first
+        took: on a shared machine one call in several stalls (2-3x on the emulated link)."""
+        return counted < TRIALS and self.tries.get(plan, 0) < TRIES
 
     def _timed_or_due(self, plan: PlanShape) -> int:
         """`plan`'s times learned or in flight (ties keep the model order: `min` is stable)."""
@@ -215,7 +210,7 @@ class Kind:
         for plan in duel:
             keep = self._since(plan)
             del self.times[plan][:-keep], self.sizes[plan][:-keep]
-            self._estimates[plan] = statistics.median(self.times[plan])
+            self._estimates[plan] = statistics.median_low(self.times[plan])
         self._duel = None
         runner_up = next(p for p in duel if p != held)
         if SWITCH * self._estimates[runner_up] >= self._estimates[held]:
@@ -269,7 +264,7 @@ class Kind:
         times.append(seconds)
         sizes.append(nbytes)
         del times[:-KEEP], sizes[:-KEEP]
-        self._estimates[plan] = statistics.median(times)
+        self._estimates[plan] = statistics.median_low(times)
         self._drop()
 
     def lost(self) -> None:
