@@ -114,6 +114,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for name in names:
             steps[name] += timed_config(comm, CONFIGS[name], x, y, args)
+    # gloo's threads left to the interpreter's exit can abort it ("terminate called
+    # without an active exception"), once seen after the DDP config
+    torch.distributed.destroy_process_group()
     import numba
 
     if comm.rank:
