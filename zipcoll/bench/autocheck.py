@@ -136,13 +136,19 @@ def warm_up(plans: list[PlanShape], comm: MPI.Intracomm) -> None:
         time_per_call(call_of(plan, send, recv, comm), 3, 0, comm)
 
 
+def size_buffers(nbytes: int, seed: int, comm: MPI.Intracomm) -> tuple[np.ndarray, np.ndarray]:
+    """(send, recv) float32 of ``nbytes``: send different on every rank (seeded by
+    ``seed`` and the rank), recv uninitialised."""
+    send = np.random.default_rng([seed, comm.Get_rank()]).standard_normal(
+        max(1, nbytes // 4), dtype=np.float32)
+    return send, np.empty_like(send)
+
+
 def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], rounds: int,
                  comm: MPI.Intracomm, keep: tuple = ()) -> SizeResult:
     """Screen every plan at ``nbytes``, then time the survivors, the autos and the plans
     named in ``keep`` (auto's picks) in rounds."""
-    rng = np.random.default_rng([7, comm.Get_rank()])
-    send = rng.standard_normal(max(1, nbytes // 4), dtype=np.float32)
-    recv = np.empty_like(send)
+    send, recv = size_buffers(nbytes, 7, comm)
     result = SizeResult(nbytes)
     calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
     calls[MPI_OWN] = lambda: comm.Allreduce(send, recv)
@@ -173,9 +179,7 @@ def time_paired(nbytes: int, result: SizeResult, plans: list[PlanShape],
                 autos: list[PlanShape], codec: str | None, comm: MPI.Intracomm) -> None:
     """Mode by mode, auto, its pick and the mode's PAIRED fastest plans of the rounds,
     timed again call by call in turn (`result.paired`, `result.paired_calls`)."""
-    rng = np.random.default_rng([7, comm.Get_rank()])
-    send = rng.standard_normal(max(1, nbytes // 4), dtype=np.float32)
-    recv = np.empty_like(send)
+    send, recv = size_buffers(nbytes, 7, comm)
     calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
     lossless = [label(p) for p in plans if p.inter_codec is None]
     topology = context_for(comm).topology
@@ -208,11 +212,12 @@ def capped_means(calls: dict[str, list[float]]) -> dict[str, float]:
 def traced(call: Callable, kind, ran: list[str]) -> Callable:
     """`call` (an auto's) that adds to `ran` the plan its tuning ran (the candidate whose
     tries grew; "model" where the kind is not tuned)."""
+    tries = kind.tries if kind is not None else {}
+
     def run():
-        before = dict(kind.tries) if kind is not None else {}
+        before = dict(tries)
         call()
-        grew = [p for p, n in (kind.tries if kind is not None else {}).items()
-                if n != before.get(p, 0)]
+        grew = [p for p, n in tries.items() if n != before.get(p, 0)]
         ran.append(label(grew[0]) if grew else "model")
     return run
 
@@ -250,9 +255,7 @@ def auto_picks(nbytes: int, topology: Topology, codec: str | None, comm: MPI.Int
 def learn(nbytes: int, autos: list[PlanShape], calls: int, comm: MPI.Intracomm) -> dict:
     """Each auto's first ``calls`` calls at ``nbytes`` (untimed: online tuning's learning);
     what the tuning measured then, per auto (plan label -> [ms, calls timed])."""
-    send = np.random.default_rng([11, comm.Get_rank()]).standard_normal(
-        max(1, nbytes // 4), dtype=np.float32)
-    recv = np.empty_like(send)
+    send, recv = size_buffers(nbytes, 11, comm)
     topology, tuner = Topology.from_comm(comm), context_for(comm).tuner
     measured = {}
     for auto in autos:
