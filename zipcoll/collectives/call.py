@@ -23,7 +23,7 @@ from zipcoll import settings
 from zipcoll.collectives.agreement import agree
 from zipcoll.collectives.context import Context
 from zipcoll.collectives.planning.tuning import SLOTS
-from zipcoll.collectives.progress import Gate, Request, current
+from zipcoll.collectives.progress import Gate, Request, Straight, current
 from zipcoll.collectives.schedule import Steps
 
 
@@ -135,7 +135,7 @@ class Started:
         return self.call.outcome(self.plan)
 
 
-def start(call: Call, blocking: bool) -> Request:
+def start(call: Call, blocking: bool) -> Request | Straight:
     """Start `call` on the calling thread's engine; its Request.
 
     A rank that rejects its own arguments raises at once from a non-blocking start (its
@@ -145,7 +145,10 @@ def start(call: Call, blocking: bool) -> Request:
     engine = current()
     call.ctx.claim(engine)
     # nothing can join a blocking call's engine while it waits: its thread is in the wait
-    started = Started(call, alone=blocking and not engine.busy)
+    alone = blocking and not engine.busy
+    started = Started(call, alone)
+    if alone:
+        return Straight(engine, started.steps(), started.outcome)
     request = Request(engine, started.steps(), started.outcome, lambda: started.plan)
     if started.error is not None and not blocking:
         raise started.error

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from mpi4py import MPI
 
-from zipcoll.collectives.schedule import Steps, test
+from zipcoll.collectives.schedule import Steps, test, wait
 
 
 class Gate:
@@ -262,6 +262,39 @@ def current() -> Engine:
 def run(engine: Engine, steps: Steps, outcome: Callable[[], Any] = lambda: None) -> Any:
     """Run a call to the end through `engine` (a blocking call)."""
     return Request(engine, steps, outcome).wait()
+
+
+class Straight:
+    """A blocking call with no other call in flight on its thread, run when waited on.
+
+    Nothing else of the thread needs advancing while it waits, so each step is waited on
+    in MPI itself: the same steps as through the engine (agreement, turns, tags), without
+    the engine's rounds of tests between them, which cost more than the MPI calls of a
+    small message. Its thread cannot start another call before the wait returns.
+    """
+
+    __slots__ = ("_engine", "_steps", "_outcome")
+
+    def __init__(self, engine: Engine, steps: Steps, outcome: Callable[[], Any]):
+        self._engine, self._steps, self._outcome = engine, steps, outcome
+
+    def wait(self, status: MPI.Status | None = None) -> Any:
+        steps = self._steps
+        with self._engine._hold():  # another thread on this thread's calls: refused
+            try:
+                for step in steps:
+                    if isinstance(step, Gate):
+                        if not step.ready():  # only another call could open it: none is live
+                            raise RuntimeError("zipcoll progress engine: nothing in flight can "
+                                               "satisfy the wait (a gate no call can open)")
+                    elif step:
+                        wait(step)
+            finally:
+                steps.close()  # an MPI error mid-step: the call's own clean-up still runs
+        _clear(status)
+        return self._outcome()
+
+    Wait = wait
 
 
 def waitall(requests: Iterable[Any]) -> list:
