@@ -3,11 +3,16 @@ tags never reused by a call in flight, blocking calls and sparse collectives bet
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import zipcoll
+from zipcoll.collectives.context import context_for
+from zipcoll.collectives.progress import current
+from zipcoll.errors import MismatchError
 from arrays import LOSSLESS, expected, rank_data
 
 pytestmark = pytest.mark.mpi
@@ -245,3 +250,36 @@ def test_a_request_shows_the_plan_it_runs(comm):
     best = zipcoll.explain(bucket_size(size_bucket(x.nbytes)), comm=comm).best  # as auto prices
     assert auto.plan.name == (best.name if comm.size > 1 else "native")
     assert auto.plan.codec is None
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "native", "auto", "hierarchical"])
+def test_blocking_calls_alone_meet_calls_in_flight_elsewhere(comm, algorithm):
+    """Rank 0's calls are blocking with nothing else in flight on its thread (each step is
+    waited on in MPI itself); the other ranks start the same calls non-blocking, late, and
+    wait on them in the other order."""
+    a, b = rank_data("float64", 1000, comm.rank), rank_data("int32", 7, comm.rank)
+    if comm.rank == 0:
+        ra = zipcoll.allreduce(a, comm=comm, algorithm=algorithm)
+        rb = zipcoll.allreduce(b, comm=comm, algorithm=algorithm)
+    else:
+        time.sleep(0.05)
+        req_a = zipcoll.iallreduce(a, comm=comm, algorithm=algorithm)
+        req_b = zipcoll.iallreduce(b, comm=comm, algorithm=algorithm)
+        rb, ra = req_b.wait(), req_a.wait()
+    np.testing.assert_allclose(ra, expected(comm, a), rtol=1e-12)
+    np.testing.assert_array_equal(rb, expected(comm, b))
+
+
+def test_blocking_calls_leave_nothing_held(comm):
+    """After blocking calls, failed or not, neither the thread nor the communicator holds a
+    call, a tag block or a turn, and the next non-blocking call runs."""
+    ctx = context_for(comm)
+    zipcoll.allreduce(np.ones(3), comm=comm, algorithm="ring")
+    if comm.size > 1:
+        dtype = np.float32 if comm.rank == comm.size - 1 else np.float64
+        with pytest.raises(MismatchError):
+            zipcoll.allreduce(np.ones(3, dtype), comm=comm, algorithm="ring")
+    assert ctx.live == 0 and ctx.agreements_posted == ctx.started
+    assert not ctx.transport._held_tags and not current().busy
+    request = zipcoll.iallreduce(np.ones(3), comm=comm, algorithm="ring")
+    np.testing.assert_array_equal(request.wait(), np.full(3, float(comm.size)))
