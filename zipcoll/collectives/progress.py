@@ -4,9 +4,10 @@ A zipcoll call is a generator of steps (see `schedule`): each step posts MPI req
 and the next step can only start once they complete, in Python. MPI lets each rank
 complete its requests in any order, so waiting on one call must keep the others moving:
 rank 0 may wait on b while rank 1 waits on a, and a cannot finish unless rank 0 posts
-its next step of a meanwhile. So every wait or test, and every blocking call, goes
-through the thread's engine, which advances all of that thread's calls in flight,
-oldest first, on every communicator.
+its next step of a meanwhile. So every wait or test, and every blocking call made while
+another is in flight, goes through the thread's engine, which advances all of that
+thread's calls in flight, oldest first, on every communicator. A blocking call with
+nothing else in flight on its thread waits on its steps straight (`Straight`).
 
     a = zipcoll.iallreduce(x)
     b = zipcoll.iallreduce(y)
