@@ -144,14 +144,21 @@ def size_buffers(nbytes: int, seed: int, comm: MPI.Intracomm) -> tuple[np.ndarra
     return send, np.empty_like(send)
 
 
+def size_calls(nbytes: int, plans: list[PlanShape], comm: MPI.Intracomm) -> dict[str, Callable]:
+    """Each plan's call at ``nbytes`` by its label, and mpi4py's own Allreduce
+    (``MPI_OWN``), all on one pair of buffers (`size_buffers`)."""
+    send, recv = size_buffers(nbytes, 7, comm)
+    calls = {label(p): call_of(p, send, recv, comm) for p in plans}
+    calls[MPI_OWN] = lambda: comm.Allreduce(send, recv)
+    return calls
+
+
 def measure_size(nbytes: int, plans: list[PlanShape], autos: list[PlanShape], rounds: int,
                  comm: MPI.Intracomm, keep: tuple = ()) -> SizeResult:
     """Screen every plan at ``nbytes``, then time the survivors, the autos and the plans
     named in ``keep`` (auto's picks) in rounds."""
-    send, recv = size_buffers(nbytes, 7, comm)
     result = SizeResult(nbytes)
-    calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
-    calls[MPI_OWN] = lambda: comm.Allreduce(send, recv)
+    calls = size_calls(nbytes, plans + autos, comm)
     for name, call in calls.items():
         first = slowest_mean(call, 1, comm)  # untimed in effect: scratch for this size
         result.screened[name] = slowest_mean(call, calls_for(first, SCREEN_SECONDS), comm)
@@ -179,18 +186,17 @@ def time_paired(nbytes: int, result: SizeResult, plans: list[PlanShape],
                 autos: list[PlanShape], codec: str | None, comm: MPI.Intracomm) -> None:
     """Mode by mode, auto, its pick and the mode's PAIRED fastest plans of the rounds,
     timed again call by call in turn (`result.paired`, `result.paired_calls`)."""
-    send, recv = size_buffers(nbytes, 7, comm)
-    calls = {label(p): call_of(p, send, recv, comm) for p in plans + autos}
+    calls = size_calls(nbytes, plans + autos, comm)
     lossless = [label(p) for p in plans if p.inter_codec is None]
-    topology = context_for(comm).topology
+    ctx = context_for(comm)
     for mode, auto_label, allowed in _modes(plans, codec, lossless):
         fastest = sorted((result.seconds[x], x) for x in allowed if x in result.seconds)
         entrants = list(dict.fromkeys([auto_label, result.picks[mode]]
                                       + [x for _, x in fastest[:PAIRED]]))
         slowest = max(result.seconds[x] for x in entrants)
         turns = max(MIN_PAIR_CALLS, calls_for(slowest, PAIR_SECONDS))
-        kind = context_for(comm).tuner.kinds.get(
-            key_of(nbytes, "float32", "sum", None if mode == "lossless" else mode, topology, True))
+        kind = ctx.tuner.kinds.get(key_of(nbytes, "float32", "sum",
+                                          None if mode == "lossless" else mode, ctx.topology, True))
         ran: list[str] = []
         timed = [traced(calls[x], kind, ran) if x == auto_label else calls[x] for x in entrants]
         took = in_turn(timed, turns, random.Random(nbytes), comm)

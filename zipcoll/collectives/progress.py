@@ -279,7 +279,7 @@ class Straight:
     def __init__(self, engine: Engine, steps: Steps, outcome: Callable[[], Any]):
         self._engine, self._steps, self._outcome = engine, steps, outcome
 
-    def wait(self, status: MPI.Status | None = None) -> Any:
+    def wait(self) -> Any:
         steps = self._steps
         with self._engine._hold():  # another thread on this thread's calls: refused
             try:
@@ -292,10 +292,7 @@ class Straight:
                         wait(step)
             finally:
                 steps.close()  # an MPI error mid-step: the call's own clean-up still runs
-        _clear(status)
         return self._outcome()
-
-    Wait = wait
 
 
 def waitall(requests: Iterable[Any]) -> list:

@@ -176,7 +176,6 @@ class Kind:
         """Whether `plan`'s next call is its warm-up (its first at this size bucket)."""
         return (plan, self.dtype, self.bucket) not in self.warmed
 
-
     def _refresh(self) -> None:
         timed = [(self._estimates[c], i, c) for i, c in enumerate(self._alive)
                  if c in self._estimates]
@@ -222,9 +221,13 @@ class Kind:
                      self._estimates[held] * 1e3)
         return runner_up
 
+    def _in_duel(self, plan: PlanShape) -> int:
+        """`plan`'s times learned since the duel began."""
+        return self._learned.get(plan, 0) - self._duel[plan]
+
     def _since(self, plan: PlanShape) -> int:
-        """`plan`'s times learned since the duel began (at most KEEP are kept)."""
-        return min(KEEP, self._learned.get(plan, 0) - self._duel[plan])
+        """`plan`'s times learned since the duel began that are kept (at most KEEP)."""
+        return min(KEEP, self._in_duel(plan))
 
     def choose(self) -> PlanShape:
         """The next call's plan: of the candidates still owed a call, the first (model
@@ -255,7 +258,7 @@ class Kind:
 
     def _due(self, plan: PlanShape) -> int:
         """`plan`'s duel calls: times learned since it began, and calls in flight."""
-        return self._learned.get(plan, 0) - self._duel[plan] + self.pending.get(plan, 0)
+        return self._in_duel(plan) + self.pending.get(plan, 0)
 
     def learn(self, plan: PlanShape, seconds: float, nbytes: int) -> None:
         """A call's agreed time: kept, then every candidate over DROP x the best dropped."""
