@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import array as _pyarray
 import ctypes
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -120,25 +119,32 @@ def handed_to_mpi(buf: "Buffer") -> bool:
     return isinstance(buf.array, DeviceMemory)
 
 
-@dataclass(frozen=True)
 class Buffer:
-    """A caller's buffer seen as a contiguous 1-D array, plus where it came from."""
+    """A caller's buffer seen as a contiguous 1-D array, plus where it came from.
 
-    array: Any  # numpy.ndarray on the host (and CUDASIM), cupy.ndarray or DeviceMemory on a GPU
-    device: str  # HOST, CUDA or CUDASIM
-    source: Any  # the caller's object, to build a result of the same kind
-    shape: tuple
-    # the axes of `shape` from slowest- to fastest-varying in memory: `array` is the
-    # source transposed to them, flattened (None: C order)
-    axes: tuple | None = None
+    Made once per call and never changed; its dtype and count are read many times a call,
+    so they are taken once here.
+    """
 
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.array.dtype)
+    __slots__ = ("array", "device", "source", "shape", "axes", "dtype", "count")
 
-    @property
-    def count(self) -> int:
-        return int(self.array.size)
+    def __init__(self, array: Any, device: str, source: Any, shape: tuple,
+                 axes: tuple | None = None):
+        # numpy.ndarray on the host (and CUDASIM), cupy.ndarray or DeviceMemory on a GPU
+        self.array = array
+        self.device = device  # HOST, CUDA or CUDASIM
+        self.source = source  # the caller's object, to build a result of the same kind
+        self.shape = shape
+        # the axes of `shape` from slowest- to fastest-varying in memory: `array` is the
+        # source transposed to them, flattened (None: C order)
+        self.axes = axes
+        dtype = array.dtype
+        self.dtype: np.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        self.count = int(array.size)
+
+    def __repr__(self) -> str:
+        return (f"Buffer({type(self.array).__name__} of {self.count} {self.dtype}, "
+                f"device={self.device!r}, shape={self.shape!r}, axes={self.axes!r})")
 
     @property
     def writable(self) -> bool:

@@ -309,24 +309,28 @@ class Agreement:
     """
 
     def __init__(self, comm: MPI.Comm, values: list[int]):
-        self._n = len(values)
-        self._local = np.array(values + [-v for v in values], np.int64)
-        self._out = np.empty_like(self._local)
-        self.request = comm.Iallreduce(self._local, self._out, MPI.MIN)
+        n = self._n = len(values)
+        self._local = local = np.empty(2 * n, np.int64)
+        local[:n] = values
+        np.negative(local[:n], out=local[n:])  # the minimum of -v: minus the maximum
+        self._out = np.empty_like(local)
+        self.request = comm.Iallreduce(local, self._out, MPI.MIN)
 
     def lows(self) -> list[int]:
         return self._out[: self._n].tolist()
 
     def highs(self) -> list[int]:
-        return [-v for v in self._out[self._n:].tolist()]
+        return (-self._out[self._n:]).tolist()
 
 
 class _ScratchView:
     """A borrowed raw buffer and the typed view a schedule uses."""
 
-    def __init__(self, raw: Any, count: int, dtype: Any):
+    __slots__ = ("raw", "array")
+
+    def __init__(self, raw: Any, count: int, dtype: np.dtype):
         self.raw = raw
-        self.array = raw[: count * np.dtype(dtype).itemsize].view(dtype)
+        self.array = raw[: count * dtype.itemsize].view(dtype)
 
 
 class ScratchPool:
@@ -356,15 +360,21 @@ class ScratchPool:
                 self._trim()
 
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> _ScratchView:
-        nbytes = count * np.dtype(dtype).itemsize
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
         kind = _memory_kind(xp)
+        # not much larger than needed, so that a large buffer left idle can be dropped
+        largest = max(4 * nbytes, 1 << 20)
         with self._lock:
-            idle = self._idle.get(kind, [])
-            # not much larger than needed, so that a large buffer left idle can be dropped
-            fitting = [i for i, (raw, _) in enumerate(idle)
-                       if nbytes <= raw.size <= max(4 * nbytes, 1 << 20)]
-            raw = idle.pop(min(fitting, key=lambda i: idle[i][0].size))[0] if fitting else None
-            if raw is not None:
+            idle = self._idle.get(kind)
+            best = -1
+            if idle:
+                for i, (raw, _) in enumerate(idle):  # the smallest that fits
+                    if nbytes <= raw.size <= largest and (best < 0 or raw.size < idle[best][0].size):
+                        best = i
+            raw = None
+            if best >= 0:
+                raw = idle.pop(best)[0]
                 self._idle_bytes -= raw.size
                 if self._latest.get(kind) is raw:
                     del self._latest[kind]

@@ -64,6 +64,11 @@ class Topology:
         object.__setattr__(self, "node_of", node_of)
         object.__setattr__(self, "grid", _check_grid(self.grid, self.size))
         object.__setattr__(self, "nodes", nodes)
+        # every call's plan look-up hashes its topology: once here, not per rank per call
+        object.__setattr__(self, "_hash", hash((self.size, self.rank, node_of, self.grid)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     # ------------------------------------------------------------ constructors
 
