@@ -31,6 +31,10 @@ from zipcoll import settings
 # (ZIPCOLL_TAG_BLOCKS lowers the count, to test the wrap), and a block still held by a
 # call in flight is never handed out again.
 TAGS_PER_CALL = 256
+# Host scratch of up to _HEAP_BYTES is not pooled: the allocator's heap hands the same
+# warm memory back at once, cheaper than the pool's bookkeeping (only larger buffers come
+# from fresh pages, whose first touch costs more than the call).
+_HEAP_BYTES = 64 << 10
 # Scratch kept between calls, one pool for the whole process (every transport, every
 # kind of memory): buffers given back during the last _SCRATCH_IDLE_CALLS calls of the
 # process, the most recent first, up to ZIPCOLL_SCRATCH_BYTES in all; beyond that only the
@@ -326,11 +330,12 @@ class Agreement:
 class _ScratchView:
     """A borrowed raw buffer and the typed view a schedule uses."""
 
-    __slots__ = ("raw", "array")
+    __slots__ = ("raw", "array", "pooled")
 
-    def __init__(self, raw: Any, count: int, dtype: np.dtype):
+    def __init__(self, raw: Any, count: int, dtype: np.dtype, pooled: bool = True):
         self.raw = raw
         self.array = raw[: count * dtype.itemsize].view(dtype)
+        self.pooled = pooled  # given back to the pool (else left to the allocator)
 
 
 class ScratchPool:
@@ -341,7 +346,7 @@ class ScratchPool:
     of that size on any other. Its clock counts the calls of the whole process: a buffer
     not given back during the last _SCRATCH_IDLE_CALLS calls is dropped, so a
     communicator no longer used keeps nothing. A lock guards it: threads may run calls
-    on different communicators at once.
+    on different communicators at once. Host buffers of up to _HEAP_BYTES bypass it.
     """
 
     def __init__(self) -> None:
@@ -362,6 +367,8 @@ class ScratchPool:
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> _ScratchView:
         dtype = np.dtype(dtype)
         nbytes = count * dtype.itemsize
+        if xp is np and nbytes <= _HEAP_BYTES:
+            return _ScratchView(np.empty(max(nbytes, 8), np.uint8), count, dtype, pooled=False)
         kind = _memory_kind(xp)
         # not much larger than needed, so that a large buffer left idle can be dropped
         largest = max(4 * nbytes, 1 << 20)
@@ -383,6 +390,8 @@ class ScratchPool:
         return _ScratchView(raw, count, dtype)
 
     def give_back(self, scratch: _ScratchView, xp: Any = np) -> None:
+        if not scratch.pooled:
+            return
         kind = _memory_kind(xp)
         with self._lock:
             self._idle.setdefault(kind, []).append((scratch.raw, self._clock))

@@ -102,7 +102,10 @@ def make_plan(sendbuf: Any, recvbuf: Any, op: Any, algorithm: str, codec: Any, k
                                                   topology)
     if found is not None and settings.get() is not cache.get(_SETTINGS):
         _emptied(cache)  # settings changed (slice sizes, ...): every plan is checked anew
-    template = None if found is None else cache.get(found)
+    try:
+        template = None if found is None else cache.get(found)
+    except TypeError:  # an unhashable key: not cached (the checks below raise its error)
+        found = template = None
     if template is not None:
         if recv is None:
             recv = _new_result(send)
@@ -130,7 +133,8 @@ def _emptied(cache: dict) -> None:
 def _cache_key(send: Buffer | None, recv: Buffer | None, op: Any, algorithm: str, codec: Any,
                key: Hashable, topology: Topology) -> tuple | None:
     """What decides a call's plan besides its buffers' memory: None where it cannot be
-    cached (a user-defined op, a codec object or per-level spec, an unhashable argument)."""
+    cached (a user-defined op, a codec object or per-level spec); one holding an unhashable
+    argument is found out at the look-up."""
     if not (codec is None or isinstance(codec, str)) or not isinstance(algorithm, str):
         return None
     if isinstance(op, str):
@@ -148,13 +152,8 @@ def _cache_key(send: Buffer | None, recv: Buffer | None, op: Any, algorithm: str
     source = send if send is not None else recv
     if source is None:
         return None
-    found = (algorithm, op_key, codec, key, topology, send is None, recv is None,
-             source.dtype, source.device, type(source.array), source.count)
-    try:
-        hash(found)  # an unhashable key: not cached (make_plan's check raises its error)
-    except TypeError:
-        return None
-    return found
+    return (algorithm, op_key, codec, key, topology, send is None, recv is None,
+            source.dtype, source.device, type(source.array), source.count)
 
 
 def _stateless(codec: Any) -> bool:

@@ -136,6 +136,7 @@ class Engine:
         self._lock = threading.RLock()
         self._depth = 0
         self.thread = threading.current_thread().name
+        self._held = _Held(self)  # one for every use: it keeps no state of its own
 
     @property
     def busy(self) -> bool:
@@ -143,7 +144,7 @@ class Engine:
         return bool(self._live)
 
     def _hold(self) -> "_Held":
-        return _Held(self)
+        return self._held
 
     def start(self, request: Request) -> None:
         with self._hold():
