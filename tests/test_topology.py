@@ -103,3 +103,18 @@ def test_parse_grid_errors(text):
 def test_parse_ranks_per_node_errors(text):
     with pytest.raises(ValueError, match="ZIPCOLL_RANKS_PER_NODE"):
         settings.parse(settings.BY_NAME["ranks_per_node"], text)
+
+
+def test_layout_keys_name_the_layout_not_the_rank():
+    """Sub-communicators are looked up by these keys every call: equal layouts give equal
+    keys on every rank, other layouts other keys, and equal topologies hash alike."""
+    a = Topology.from_layout(8, 0, ranks_per_node=4)
+    b = Topology.from_layout(8, 5, ranks_per_node=4)
+    assert a.layout_key == b.layout_key and hash(a.layout_key) == hash(b.layout_key)
+    assert a.layout_key != Topology.from_layout(8, 0, ranks_per_node=2).layout_key
+    assert a.layout_key != Topology.from_layout(8, 0, ranks_per_node=4, grid=(4, 2)).layout_key
+    spread = Topology.from_layout(8, 1, nodes=[[0, 2, 4, 6], [1, 3, 5, 7]])
+    assert spread.ring_key.value == tuple(spread.ring_order()) != tuple(range(8))
+    assert spread.ring_key == Topology.from_layout(8, 6, nodes=[[0, 2, 4, 6], [1, 3, 5, 7]]).ring_key
+    assert {a: 1}[Topology.from_layout(8, 0, ranks_per_node=4)] == 1
+    assert a != b and hash(a) != hash(b)

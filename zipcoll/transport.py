@@ -19,7 +19,7 @@ from collections import deque
 import gc
 import threading
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -233,17 +233,20 @@ class Transport:
         """Whether `split(layout, ...)` is cached (so not collective)."""
         return layout in self._subs
 
-    def reordered(self, order: list[int]) -> "Transport":
-        """A transport whose rank i is rank order[i] of this one (collective once, cached)."""
-        key = ("order", tuple(order))
+    def reordered(self, name: Any, order: Sequence[int]) -> "Transport":
+        """A transport whose rank i is rank order[i] of this one (collective once, cached).
+
+        `name`: a key naming `order` (the same on every rank), as `split`'s layout.
+        """
+        key = ("order", name)
         if key not in self._subs:
-            self._subs[key] = (Transport(self.comm.Split(0, key=order.index(self.rank)),
+            self._subs[key] = (Transport(self.comm.Split(0, key=list(order).index(self.rank)),
                                          family=self._family),)
         return self._subs[key][0]
 
-    def has_reordered(self, order: list[int]) -> bool:
-        """Whether `reordered(order)` is cached (so not collective)."""
-        return ("order", tuple(order)) in self._subs
+    def has_reordered(self, name: Any) -> bool:
+        """Whether `reordered(name, ...)` is cached (so not collective)."""
+        return ("order", name) in self._subs
 
     def allgather_object(self, obj: Any) -> list:
         """Every rank's `obj` (small, picklable), in rank order (collective, blocking)."""

@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from zipcoll import settings
 from zipcoll.collectives import registry
-from zipcoll.collectives.agreement import code
+from zipcoll.collectives.agreement import code, layout_text
 from zipcoll.collectives.call import Call, start
 from zipcoll.collectives.progress import check_threads
 from zipcoll.collectives.context import Context, context_for
@@ -190,7 +190,7 @@ def _signature(plan: Plan | None, algorithm: str) -> list[int]:
         signature = plan.memo[("signature", algorithm)] = [
             0, plan.count, _code(plan.recv.dtype.str), op_code(plan.op) * 2 + plan.mean,
             _code(str(algorithm)), _code(plan.name), _code(_codecs_text(plan)),
-            _code(_layout_text(plan.topology))]
+            _code(layout_text(plan.topology))]
     return signature
 
 
@@ -200,18 +200,13 @@ def _shown(plan: Plan | None, algorithm: str) -> list[str]:
         return ["rejected"] * len(_FIELDS)
     op = getattr(plan.op, "name", "user-defined") + (" (mean)" if plan.mean else "")
     return ["", str(plan.count), plan.recv.dtype.name, op, str(algorithm), plan.name,
-            _codecs_text(plan), _layout_text(plan.topology)]
+            _codecs_text(plan), layout_text(plan.topology)]
 
 
 def _codecs_text(plan: Plan) -> str:
     if plan.codec is None and plan.intra_codec is None:
         return "null"
     return json.dumps([c.get_config() if c else None for c in (plan.intra_codec, plan.codec)])
-
-
-@functools.lru_cache(maxsize=64)
-def _layout_text(topology: Topology) -> str:
-    return repr((topology.node_of, topology.grid))
 
 
 _code = functools.lru_cache(maxsize=1024)(code)

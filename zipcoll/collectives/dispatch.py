@@ -126,12 +126,14 @@ def _flat(t: Transport, plan: Plan, tag: int, xp: Any,
 
 def _in_ring_order(t: Transport, plan: Plan) -> Transport:
     """t, renumbered so that each node's ranks are neighbours (when they are not already)."""
-    return t if plan.topology.ring_is_rank_order else t.reordered(plan.topology.ring_order())
+    topology = plan.topology
+    return t if topology.ring_is_rank_order else t.reordered(topology.ring_key,
+                                                             topology.ring_key.value)
 
 
 def _layout(plan: Plan) -> tuple:
     """What names the two levels of a two-level plan (the same on every rank)."""
-    return (plan.schedule.name, plan.topology.node_of, plan.topology.grid)
+    return (plan.schedule.name, plan.topology.layout_key)
 
 
 def split_keys(plan: Plan) -> list:
@@ -141,7 +143,7 @@ def split_keys(plan: Plan) -> list:
     if plan.schedule.two_level:
         return [_layout(plan)]
     topology = plan.topology
-    return [] if topology.ring_is_rank_order else [("order", tuple(topology.ring_order()))]
+    return [] if topology.ring_is_rank_order else [("order", topology.ring_key)]
 
 
 def splits_communicator(t: Transport, plan: Plan) -> bool:
@@ -151,7 +153,7 @@ def splits_communicator(t: Transport, plan: Plan) -> bool:
     if plan.schedule.two_level:
         return not t.has_split(_layout(plan))
     topology = plan.topology
-    return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
+    return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_key)
 
 
 def uses_collectives(t: Transport, plan: Plan) -> bool:
@@ -167,8 +169,8 @@ def shape_uses_collectives(t: Transport, topology: Any, shape: Any) -> bool:
     if schedule.native or shape.inner is not None and SCHEDULES[shape.inner].native:
         return True
     if schedule.two_level:
-        return not t.has_split((schedule.name, topology.node_of, topology.grid))
-    return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_order())
+        return not t.has_split((schedule.name, topology.layout_key))
+    return not topology.ring_is_rank_order and not t.has_reordered(topology.ring_key)
 
 
 def _two_level(t: Transport, plan: Plan, tag: int, xp: Any,

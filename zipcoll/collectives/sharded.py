@@ -28,7 +28,7 @@ from mpi4py import MPI
 from zipcoll import buffers, settings, transport
 from zipcoll.buffers import CUDA, Buffer
 from zipcoll.codecs import Codec
-from zipcoll.collectives.agreement import code
+from zipcoll.collectives.agreement import code, layout_text
 from zipcoll.collectives.call import Call, start
 from zipcoll.collectives.context import Context, context_for
 from zipcoll.collectives.dispatch import round_to_bfloat16, widen_bfloat16
@@ -348,9 +348,9 @@ _FIELDS = ("", "collective and counts", "dtype", "op", "algorithm", "resolved al
 def _signature(plan: ShardPlan | None, algorithm: str) -> list[int]:
     if plan is None:
         return [1] + [0] * (len(_FIELDS) - 1)
-    return [0, _code(_what(plan)), _code(plan.dtype.str), op_code(plan.op) * 2 + plan.mean,
+    return [0, _counts_code(plan), _code(plan.dtype.str), op_code(plan.op) * 2 + plan.mean,
             _code(str(algorithm)), _code(plan.name), _code(_codec_text(plan.codec)),
-            _code(repr((plan.topology.node_of, plan.topology.grid)))]
+            _code(layout_text(plan.topology))]
 
 
 def _shown(plan: ShardPlan | None, algorithm: str) -> list[str]:
@@ -358,11 +358,18 @@ def _shown(plan: ShardPlan | None, algorithm: str) -> list[str]:
         return ["rejected"] * len(_FIELDS)
     op = getattr(plan.op, "name", "user-defined") + (" (mean)" if plan.mean else "")
     return ["", _what(plan), plan.dtype.name, op, str(algorithm), plan.name,
-            _codec_text(plan.codec), repr((plan.topology.node_of, plan.topology.grid))]
+            _codec_text(plan.codec), layout_text(plan.topology)]
 
 
 def _what(plan: ShardPlan) -> str:
     return f"{plan.kind} of counts {plan.counts}"
+
+
+def _counts_code(plan: ShardPlan) -> int:
+    """A number for the collective and its counts, alike on every process: the hash of a
+    tuple of ints is (Python randomizes the hashes of text, not of numbers), and it is
+    some ten times cheaper than the text of a thousand counts."""
+    return (_code(plan.kind) ^ hash(tuple(plan.counts))) & 0x7FFFFFFF
 
 
 def _codec_text(codec: Codec | None) -> str:
@@ -562,7 +569,7 @@ def _slice_steps(t: transport.Transport, plan: ShardPlan, buf: Any, call_tag: in
 def _layout(plan: ShardPlan) -> tuple:
     """What names a two-level plan's levels (the same on every rank; the all-reduce's
     hierarchical levels are the same communicators)."""
-    return ("hierarchical", plan.topology.node_of, plan.topology.grid)
+    return ("hierarchical", plan.topology.layout_key)
 
 
 def _collective(t: transport.Transport, plan: ShardPlan) -> bool:
