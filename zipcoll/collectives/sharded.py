@@ -154,7 +154,8 @@ class ShardPlan:
     def outcome(self) -> Any:
         if self.recvbuf is not None:
             return self.recvbuf
-        shaped = dataclasses.replace(self.send, shape=(self.result_count,), axes=None)
+        send = self.send
+        shaped = Buffer(send.array, send.device, send.source, (self.result_count,))
         return buffers.result_like(shaped, self.recv.array)
 
 
