@@ -16,7 +16,6 @@ input is the receive buffer, the result its first counts[r] items and the rest s
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from dataclasses import dataclass
