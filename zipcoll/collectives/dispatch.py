@@ -80,7 +80,8 @@ def _steps_on(t: Transport, plan: Plan, send: Any, recv: Any, xp: Any, tag: int,
               stage: staging.Stage | None = None, may_block: bool = False) -> Steps:
     """The schedule's steps on `recv` (and `send`), scratch from `xp`; `stage` wraps each
     encoding (device data staged through host memory); `may_block`: as `steps_for`."""
-    recv = recv[: plan.count]
+    if recv.size != plan.count:
+        recv = recv[: plan.count]
     schedule = plan.schedule
     if schedule.native:
         steps = schedule.run(t, recv, Lossless(plan.op, recv.dtype, xp), tag, xp, send=send,
@@ -103,9 +104,9 @@ def _sliced(plan: Plan, recv: Any, send: Any, tag: int, one: SliceRun) -> Steps:
     in flight never match each other's messages, and its own encode sites ("slice3/..."),
     so stochastic seeds and error-feedback residuals are per slice. Unsliced: one run.
     """
-    bounds = chunk_bounds(recv.size, plan.slicing.slices)
-    if len(bounds) == 1:
+    if plan.slicing.slices == 1:
         return one(recv, send, tag, "")
+    bounds = chunk_bounds(recv.size, plan.slicing.slices)
     tags = (plan.inner or plan.schedule).tags
     runs = (one(recv[lo:hi], None if send is None else send[lo:hi], tag + tags * i,
                 f"slice{i}/") for i, (lo, hi) in enumerate(bounds))
