@@ -14,8 +14,7 @@ Steps = Generator[list, None, None]
 
 
 def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
-    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1,
-    the longer ones first (so the first piece is a longest)."""
+    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1."""
     base, extra = divmod(count, parts)
     bounds, start = [], 0
     for i in range(parts):

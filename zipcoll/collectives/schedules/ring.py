@@ -43,8 +43,7 @@ def reduce_scatter(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int
                    xp: Any = np, send: Any = None) -> Steps:
     """p-1 steps; afterwards chunk `owned_chunk(t)` of `buf` is reduced over all ranks.
 
-    `chunks`: t.size of them, as `chunk_bounds` cuts them. Chunks of `send` are read the
-    first time they are used; partial sums live in `buf`.
+    Chunks of `send` are read the first time they are used; partial sums live in `buf`.
     """
     p, r = t.size, t.rank
     if p == 1:
@@ -52,7 +51,7 @@ def reduce_scatter(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int
         return
     source = buf if send is None else send
     left, right = ring_neighbors(r, p)
-    most = chunks[0][1] - chunks[0][0]  # as chunk_bounds cuts them: the first is a longest
+    most = max(b - a for a, b in chunks)
     slots = Slots(t, 2, enc.wire_bytes(most), xp)  # one packed out, one received
     try:
         for step in range(p - 1):
@@ -69,14 +68,13 @@ def reduce_scatter(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int
 
 def allgather(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int,
               xp: Any = np) -> Steps:
-    """p-1 steps passing each owner's settled chunk around, unchanged, into every rank's buf
-    (`chunks` as `reduce_scatter`'s)."""
+    """p-1 steps passing each owner's settled chunk around, unchanged, into every rank's buf."""
     p, r = t.size, t.rank
     if p == 1:
         return
     left, right = ring_neighbors(r, p)
     owned = owned_chunk(t)
-    slots = Slots(t, 2, enc.forward_bytes(chunks[0][1] - chunks[0][0]), xp)  # a longest
+    slots = Slots(t, 2, enc.forward_bytes(max(b - a for a, b in chunks)), xp)
     try:
         outgoing = enc.settle(buf[slice(*chunks[owned])], f"ring/ag/{owned}", slots[0])
         free = 1  # the slot not holding `outgoing`
