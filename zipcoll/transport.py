@@ -72,6 +72,8 @@ class Transport:
         self._tag_blocks = _tag_blocks(comm)
         self._held_tags: dict[int, deque] = {}  # tag block -> tickets of its calls, oldest first
         self._subs: dict[Any, tuple["Transport", ...]] = {}
+        self._spare_agreements: dict[int, list[Agreement]] = {}  # by length, done with
+        self._abandoned_agreements: list[Agreement] = []
         # (weakref, communicator) of this transport and of every one split from it: what
         # `retire` frees once none of them is referenced any more (none is in flight)
         self._family: list = [] if family is None else family
@@ -202,8 +204,20 @@ class Transport:
 
     def iagree(self, values: list[int]) -> "Agreement":
         """The element-wise min and max of a small integer vector over all ranks, started
-        (one Iallreduce); read it once its request is done."""
-        return Agreement(self.agree_comm, values)
+        (one Iallreduce); read it once its request is done, then hand it to `agreed`."""
+        spare = self._spare_agreements.get(len(values))
+        agreement = spare.pop() if spare else Agreement(len(values))
+        agreement.start(self.agree_comm, values)
+        return agreement
+
+    def agreed(self, agreement: "Agreement") -> None:
+        """An agreement its caller is done with: its buffers serve a later one once MPI is
+        done with them; one still in flight (its call closed while waiting for it: an
+        error, an interrupt) is kept, so that MPI never writes into freed memory."""
+        if agreement.request == MPI.REQUEST_NULL:  # complete
+            self._spare_agreements.setdefault(agreement.length, []).append(agreement)
+        else:
+            self._abandoned_agreements.append(agreement)
 
     # -- scratch memory (process-wide: see ScratchPool) ------------------------------
     def borrow(self, count: int, dtype: Any, xp: Any = np) -> Any:
@@ -312,22 +326,31 @@ class Agreement:
     """An element-wise min and max of small integer vectors over all ranks, in flight.
 
     It holds both buffers: mpi4py keeps no reference to a non-blocking collective's
-    buffers, and MPI reads and writes them until the request is done.
+    buffers, and MPI reads and writes them until the request is done. Its transport
+    reuses it once read (`Transport.agreed`): the vector of a call like the last one is
+    already in place (a call's agreement is built anew only where its numbers changed).
     """
 
-    def __init__(self, comm: MPI.Comm, values: list[int]):
-        n = self._n = len(values)
-        self._local = local = np.empty(2 * n, np.int64)
-        local[:n] = values
-        np.negative(local[:n], out=local[n:])  # the minimum of -v: minus the maximum
-        self._out = np.empty_like(local)
-        self.request = comm.Iallreduce(local, self._out, MPI.MIN)
+    def __init__(self, length: int):
+        self.length = length
+        self._local = np.empty(2 * length, np.int64)
+        self._values, self._negated = self._local[:length], self._local[length:]
+        self._out = np.empty_like(self._local)
+        self._last: list[int] | None = None
+        self.request = MPI.REQUEST_NULL
+
+    def start(self, comm: MPI.Comm, values: list[int]) -> None:
+        if values != self._last:
+            self._values[:] = values
+            np.negative(self._values, out=self._negated)  # the minimum of -v: minus the maximum
+            self._last = list(values)
+        self.request = comm.Iallreduce(self._local, self._out, MPI.MIN)
 
     def lows(self) -> list[int]:
-        return self._out[: self._n].tolist()
+        return self._out[: self.length].tolist()
 
     def highs(self) -> list[int]:
-        return (-self._out[self._n:]).tolist()
+        return (-self._out[self.length:]).tolist()
 
 
 class _ScratchView:

@@ -133,6 +133,21 @@ def test_disagreement_raises_mismatch_on_every_rank(comm, field, common):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_call_like_its_last_one_still_meets_a_changed_call(comm):
+    """Agreements reuse their buffers and leave a vector like the last one in place: a
+    rank whose call repeats its last one exactly still learns that another's changed."""
+    x = np.ones(8, np.float32)
+    for count in (8, 6, 8, 6):
+        zipcoll.allreduce(x[:count], comm=comm, algorithm="ring")
+    count = 6 if comm.rank == 0 else 7  # rank 0 repeats its last call
+    recv = np.full(count, -7, np.float32)
+    error = raised(lambda: zipcoll.allreduce(x[:count], recv, comm=comm, algorithm="ring"))
+    assert isinstance(error, MismatchError) and "count" in str(error), repr(error)
+    assert np.all(recv == -7)
+    assert_still_in_step(comm, "ring")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_mismatch_names_what_each_rank_had(comm):
     count = 17 if comm.rank == 0 else 16
     error = raised(lambda: zipcoll.allreduce(np.ones(count, np.float32), comm=comm))

@@ -66,10 +66,14 @@ def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...]
     gate = ctx.my_turn(turn)
     if gate is not None:
         yield gate
-    agreement = ctx.transport.iagree(signature[:n] + [mine.code] + signature[n:] + extra())
+    t = ctx.transport
+    agreement = t.iagree(signature[:n] + [mine.code] + signature[n:] + extra())
     ctx.pass_turn(turn)
-    yield [agreement.request]
-    lows, highs = agreement.lows(), agreement.highs()
+    try:
+        yield [agreement.request]
+        lows, highs = agreement.lows(), agreement.highs()
+    finally:
+        t.agreed(agreement)
     if error is not None:
         raise error
     if highs[0]:
