@@ -99,7 +99,11 @@ class Transport:
     def hold_tag(self, tag: int) -> object:
         """Queue a new call for tag block `tag`; its ticket."""
         ticket = object()
-        self._held_tags.setdefault(tag, deque()).append(ticket)
+        holders = self._held_tags.get(tag)
+        if holders is None:
+            self._held_tags[tag] = deque((ticket,))
+        else:
+            holders.append(ticket)
         return ticket
 
     def tag_turn(self, tag: int, ticket: object) -> bool:

@@ -137,6 +137,8 @@ class Context:
     def first_use(self, layouts: list) -> bool:
         """Whether a call that needs these sub-communicator layouts is the first to (the
         same on every rank: it counts started calls, not splits done)."""
+        if not layouts:  # a flat schedule in rank order: every call's case on one node
+            return False
         new = [layout for layout in layouts if layout not in self._requested]
         self._requested.update(new)
         return bool(new)
