@@ -150,6 +150,7 @@ class Staged(Encoding):
             inner = Compressed(_OnDevice(inner.encoder, device.for_codec), inner.dtype)
         self.inner, self.device, self._t = inner, device, t
         self.lossy = inner.lossy
+        self.lands_in_place = False  # the wire is host memory, the chunks device memory
 
     @property
     def fixed_size(self) -> bool:

@@ -40,6 +40,9 @@ class Encoding(Protocol):
 
     lossy: bool
     fixed_size: bool  # every payload of n elements is wire_bytes(n) long
+    # the wire holds a chunk's own values, in memory MPI reads and writes: a peer's chunk
+    # may be received where it is reduced, when that memory's old values are no operand
+    lands_in_place: bool
 
     def wire_bytes(self, n: int) -> int:
         """Bytes on the wire for a chunk of n elements (the most, for variable-size codecs)."""
@@ -79,6 +82,7 @@ class Lossless(Encoding):
 
     lossy = False
     fixed_size = True
+    lands_in_place = True
 
     def __init__(self, op: ReduceOp, dtype: Any, xp: Any = np):
         self.op = op
@@ -127,6 +131,7 @@ class Compressed(Encoding):
     """Chunks travel as codec payloads; partial sums are re-encoded where passed on."""
 
     lossy = True
+    lands_in_place = False
 
     def __init__(self, encoder: Encoder, dtype: Any):
         self.encoder = encoder
@@ -211,8 +216,14 @@ def send_recv_reduce(t: Transport, enc: Encoding, outgoing: Any, dest: int, acc:
                      source: int, tag: int, slot: Any, first: Any = None,
                      received_first: bool = False) -> Steps:
     """Send `outgoing` (packed) to `dest`; receive a packed chunk from `source` into
-    `slot` and reduce it into `acc` (acc <- first op received, or received op first)."""
-    incoming = enc.inbox(slot, acc.size)
+    `slot` and reduce it into `acc` (acc <- first op received, or received op first).
+
+    Given a `first` (not `acc`), an encoding that lands in place receives into `acc`
+    itself: its old values are no operand, so no scratch is written or read (`slot` may
+    then be empty); `outgoing` is then never `acc`.
+    """
+    in_place = first is not None and first is not acc and enc.lands_in_place
+    incoming = acc if in_place else enc.inbox(slot, acc.size)
     yield t.exchange(outgoing, dest, incoming, source, tag)
     enc.reduce(incoming, acc, first, received_first)
 

@@ -52,7 +52,10 @@ def reduce_scatter(t: Transport, buf: Any, chunks: list, enc: Encoding, tag: int
     source = buf if send is None else send
     left, right = ring_neighbors(r, p)
     most = max(b - a for a, b in chunks)
-    slots = Slots(t, 2, enc.wire_bytes(most), xp)  # one packed out, one received
+    # one packed out, one received; none out of place where values land in place (each
+    # chunk of buf is received once, onto nothing of value: `send_recv_reduce`)
+    landing = send is not None and enc.lands_in_place
+    slots = Slots(t, 2, 0 if landing else enc.wire_bytes(most), xp)
     try:
         for step in range(p - 1):
             sent, received = (r - step) % p, (r - step - 1) % p
