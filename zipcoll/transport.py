@@ -35,6 +35,9 @@ TAGS_PER_CALL = 256
 # warm memory back at once, cheaper than the pool's bookkeeping (only larger buffers come
 # from fresh pages, whose first touch costs more than the call).
 _HEAP_BYTES = 64 << 10
+# Agreements kept for reuse per transport and vector length, at most (one a call waited
+# at once; more serve calls in flight side by side).
+_SPARE_AGREEMENTS = 8
 # Scratch kept between calls, one pool for the whole process (every transport, every
 # kind of memory): buffers given back during the last _SCRATCH_IDLE_CALLS calls of the
 # process, the most recent first, up to ZIPCOLL_SCRATCH_BYTES in all; beyond that only the
@@ -219,7 +222,9 @@ class Transport:
         done with them; one still in flight (its call closed while waiting for it: an
         error, an interrupt) is kept, so that MPI never writes into freed memory."""
         if agreement.request == MPI.REQUEST_NULL:  # complete
-            self._spare_agreements.setdefault(agreement.length, []).append(agreement)
+            spare = self._spare_agreements.setdefault(agreement.length, [])
+            if len(spare) < _SPARE_AGREEMENTS:  # a burst of calls in flight keeps no more
+                spare.append(agreement)
         else:
             self._abandoned_agreements.append(agreement)
 
