@@ -252,6 +252,28 @@ def test_a_request_shows_the_plan_it_runs(comm):
     assert auto.plan.codec is None
 
 
+def test_a_blocking_call_shows_the_plan_it_ran(comm):
+    from zipcoll.collectives.api import start_allreduce
+    from zipcoll.collectives.progress import Straight
+
+    zipcoll.configure(tune=False)
+    x = rank_data(np.float32, 1000, comm.rank)
+    out = np.empty_like(x)
+    call = start_allreduce(x, out, MPI.SUM, comm, "ring", "int8", None, None, blocking=True)
+    assert isinstance(call, Straight)  # nothing else in flight: the straight path
+    assert call.wait() is out
+    assert call.plan.name == "ring" and call.plan.codec.codec_id == "int8"
+    # with a call in flight it goes through the engine, and tells its plan all the same
+    pending = zipcoll.iallreduce(x, comm=comm, algorithm="ring")
+    in_flight = not pending.done  # one rank's may be done at its start
+    call = start_allreduce(x, out, MPI.SUM, comm, "ring", None, None, None, blocking=True)
+    assert isinstance(call, Straight) != in_flight
+    call.wait()
+    pending.wait()
+    assert call.plan.name == "ring" and call.plan.codec is None
+    np.testing.assert_allclose(out, expected(comm, x, "sum"), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("algorithm", ["ring", "native", "auto", "hierarchical"])
 def test_blocking_calls_alone_meet_calls_in_flight_elsewhere(comm, algorithm):
     """Rank 0's calls are blocking with nothing else in flight on its thread (each step is

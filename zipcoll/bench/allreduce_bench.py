@@ -4,7 +4,8 @@
     mpiexec -n 4 python -m zipcoll.bench allreduce -m 1K:16M --algorithm tree --json out.json
 
 At each size the MPI library's Allreduce ("native") is timed first, then zipcoll's, on
-the same buffers, so both see the same machine state; speedup = native / zipcoll.
+the same buffers, so both see the same machine state; speedup = native / zipcoll. Both
+are blocking calls, a barrier before each (OSU's osu_allreduce).
 Columns OSU lacks: algbw = size / time and busbw = algbw * 2(p-1)/p (nccl-tests), and
 with --codec: wire bytes of one encoded message, compression ratio, relative L2 error.
 """
@@ -25,6 +26,7 @@ from mpi4py import MPI
 import zipcoll
 from zipcoll.bench import timing
 from zipcoll.bench.timing import Spread
+from zipcoll.collectives.api import start_allreduce
 
 OPS = {name: getattr(MPI, name.upper())
        for name in ("sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor")}
@@ -172,7 +174,8 @@ class Bench:
         self.dtype = np.dtype(args.dtype)
         self.op = OPS[args.op]
         self.codec = load_codec(args.codec)
-        self.kwargs = dict(op=self.op, comm=comm, algorithm=args.algorithm, codec=args.codec)
+        self.kwargs = dict(op=self.op, comm=comm, algorithm=args.algorithm, codec=args.codec,
+                           key=None, topology=None)
         self.warm = False  # whether this process has made a call of each kind yet
 
     def sizes(self) -> list[int]:
@@ -189,10 +192,10 @@ class Bench:
         native = lambda: self.comm.Allreduce(bufs.send, bufs.native, self.op)  # noqa: E731
         ran: dict[tuple, list] = {}  # (schedule, inner, codecs used) -> [a plan, calls]
 
-        def ours() -> None:  # the Request tells which plan ran (auto's may change as it learns)
-            request = zipcoll.iallreduce(bufs.send, bufs.zipcoll, **self.kwargs)
-            request.wait()
-            plan = request.plan
+        def ours() -> None:  # the blocking call, as OSU times MPI's; it tells the plan it
+            call = start_allreduce(bufs.send, bufs.zipcoll, blocking=True, **self.kwargs)
+            call.wait()      # ran (auto's may change as it learns)
+            plan = call.plan
             seen = ran.setdefault((plan.schedule, plan.inner, plan.codec is None,
                                    plan.intra_codec is None), [plan, 0])
             seen[1] += 1

@@ -27,7 +27,7 @@ from zipcoll.collectives.dispatch import (shape_uses_collectives, split_keys, st
                                           uses_collectives)
 from zipcoll.collectives.ops import op_code
 from zipcoll.collectives.plan import Plan, make_plan, with_shape
-from zipcoll.collectives.progress import Request
+from zipcoll.collectives.progress import Request, Straight
 from zipcoll.collectives.sharded import ShardedMethods, is_sharded_algorithm
 from zipcoll.codecs import Codec, get_codec
 from zipcoll.errors import CodecNotApplied
@@ -59,7 +59,8 @@ def allreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
 
     >>> total = zipcoll.allreduce(np.ones(4, np.float32), algorithm="ring")   # doctest: +SKIP
     """
-    return _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, True).wait()
+    return start_allreduce(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology,
+                           True).wait()
 
 
 def iallreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
@@ -68,14 +69,19 @@ def iallreduce(sendbuf: Any, recvbuf: Any = None, *, op: Any = MPI.SUM,
                topology: Topology | None = None) -> Request:
     """Start an all-reduce (arguments as `allreduce`); the Request advances on test()/wait(),
     as does any other zipcoll call on the same communicator."""
-    return _start(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, False)
+    request = start_allreduce(sendbuf, recvbuf, op, comm, algorithm, codec, key, topology, False)
+    assert isinstance(request, Request)  # a non-blocking start is never straight
+    return request
 
 
-def _start(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: str,
-           codec: Any, key: Hashable, topology: Topology | None, blocking: bool) -> Request:
+def start_allreduce(sendbuf: Any, recvbuf: Any, op: Any, comm: MPI.Intracomm, algorithm: str,
+                    codec: Any, key: Hashable, topology: Topology | None,
+                    blocking: bool) -> Request | Straight:
     """Start one call (`call.start`): checks, agreement and schedule as its steps.
 
-    Nothing waits for another rank here; a blocking call is the Request waited on.
+    Nothing waits for another rank here; a blocking call is what this returns waited on
+    (`allreduce` is exactly that), and either kind tells its `plan`: a benchmark times the
+    blocking call with this to learn which plan each call ran.
     """
     check_threads()
     ctx = context_for(comm)
@@ -310,4 +316,4 @@ class Intracomm(ShardedMethods, MPI.Intracomm):
 
 
 __all__ = ["Intracomm", "Request", "allreduce", "checks_enabled", "explain", "iallreduce",
-           "save_profile"]
+           "save_profile", "start_allreduce"]

@@ -148,7 +148,7 @@ def start(call: Call, blocking: bool) -> Request | Straight:
     alone = blocking and not engine.busy
     started = Started(call, alone)
     if alone:
-        return Straight(engine, started.steps(), started.outcome)
+        return Straight(engine, started.steps(), started.outcome, lambda: started.plan)
     request = Request(engine, started.steps(), started.outcome, lambda: started.plan)
     if started.error is not None and not blocking:
         raise started.error

@@ -275,10 +275,16 @@ class Straight:
     small message. Its thread cannot start another call before the wait returns.
     """
 
-    __slots__ = ("_engine", "_steps", "_outcome")
+    __slots__ = ("_engine", "_steps", "_outcome", "_plan")
 
-    def __init__(self, engine: Engine, steps: Steps, outcome: Callable[[], Any]):
-        self._engine, self._steps, self._outcome = engine, steps, outcome
+    def __init__(self, engine: Engine, steps: Steps, outcome: Callable[[], Any],
+                 plan: Callable[[], Any] = lambda: None):
+        self._engine, self._steps, self._outcome, self._plan = engine, steps, outcome, plan
+
+    @property
+    def plan(self) -> Any:
+        """What this call runs, as `Request.plan` tells it."""
+        return self._plan()
 
     def wait(self) -> Any:
         steps = self._steps
