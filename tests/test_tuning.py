@@ -346,6 +346,33 @@ def test_each_structure_near_the_best_is_tried_once_under_one_name():
     assert len([p for p in across.candidates if p.algorithm == "hierarchical"]) > 1
 
 
+def test_one_rank_a_node_a_two_level_plan_of_one_slice_counts_as_its_flat_schedule():
+    """On 4 x 1 a hierarchical plan's level 1 is one rank: it runs its inner schedule over
+    all four ranks, the flat plan of that schedule's steps, where one slice holds the
+    call. The flat one stands for both, so the four coded candidates at 256 KiB are four
+    schedules, not two under two names each (the two-phase one among them: the machine
+    ran it fastest there). From two slices up the two cut calls differently and stay
+    apart; MPI's own inner level runs its slices one at a time and stays apart too."""
+    def kind(nbytes, codec):
+        return Tuner().kind(key_of(nbytes, "float32", "sum", codec, TOPOLOGY, True),
+                            DEFAULT_PROFILE)
+
+    coded = [p for p in kind(256 << 10, "int8").candidates if p.inter_codec is not None]
+    assert all(p.inner is None for p in coded), coded
+    assert len({p.algorithm for p in coded}) == len(coded) == tuning.CODED, coded
+    assert PlanShape("twophase", inter_codec="int8") in coded
+    lossless = kind(256 << 10, None).candidates
+    assert PlanShape("ring") in lossless and PlanShape("hierarchical", "native") in lossless
+    assert not any(p.algorithm == "hierarchical" and p.inner != "native" for p in lossless)
+    sliced = kind(64 << 20, None).candidates  # 32 slices of a two-level call
+    assert {PlanShape("rabenseifner"), PlanShape("hierarchical", "rabenseifner")} <= set(sliced)
+    # on 2 x 2 both levels have two ranks: nothing merges
+    two_by_two = Topology.from_layout(4, 0, ranks_per_node=2)
+    ranked = tuning.rank_plans(256 << 10, tuning._shape_of(two_by_two), DEFAULT_PROFILE,
+                               "int8", "float32", "sum", True)
+    assert tuning._distinct(ranked, tuning._shape_of(two_by_two), unsliced=True) == ranked
+
+
 def test_the_hedged_structure_wins_when_fastest():
     """The hierarchical plan the model priced 1.47x the best, at the times measured on one
     node (38 ms against 42-47): after 20 calls it is the best, and the runs settle on it

@@ -71,6 +71,7 @@ from zipcoll.collectives.planning.profile import Profile
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket, spec_of
 from zipcoll.collectives.progress import Gate
 from zipcoll.collectives.registry import SCHEDULES
+from zipcoll.collectives.slicing import slice_count
 
 LOSSLESS = 3   # lossless candidates tried per kind
 CODED = 4      # candidates carrying the allowed codec (their predictions err the most: one more)
@@ -516,42 +517,53 @@ def _hedges(priced: list[tuple[float, PlanShape]]) -> list[PlanShape]:
     return list(found.values())
 
 
-def _distinct(priced: list[tuple[float, PlanShape]], shape: Shape) -> list[tuple[float, PlanShape]]:
+def _distinct(priced: list[tuple[float, PlanShape]], shape: Shape,
+              unsliced: bool = False) -> list[tuple[float, PlanShape]]:
     """`priced` without the plans that run another's steps on this layout.
 
     A two-level plan whose inter level is one rank (a hierarchical plan on one node) runs
     its level-1 ring whatever its inner schedule: one of them stands for all (the ring
     inner, the default, where it is among them; one over a native inner level runs its
-    slices one at a time, so it stays apart). Trying each would spend the learning on
-    one plan under several names."""
+    slices one at a time, so it stays apart). A two-level plan whose level 1 is one rank
+    (one rank a node) runs its inner schedule over every rank, as the flat plan of that
+    schedule does, and where neither is cut in slices (`unsliced`: calls of one slice)
+    their steps are the same: the flat plan stands for both. Trying
+    each would spend the learning on one plan under several names, and leave out the
+    schedules that differ."""
     kept: dict[tuple, int] = {}
     out: list[tuple[float, PlanShape]] = []
     for seconds, plan in priced:
-        key = _steps_of(plan, shape)
+        key = _steps_of(plan, shape, unsliced)
         if key not in kept:
             kept[key] = len(out)
             out.append((seconds, plan))
-        elif plan.inner == "ring":
-            out[kept[key]] = (out[kept[key]][0], plan)
+        elif plan.inner == "ring" and key[0] == plan.algorithm or tuple(plan) == key:
+            out[kept[key]] = (out[kept[key]][0], plan)  # the ring inner; the flat plan
     return out
 
 
-def _steps_of(plan: PlanShape, shape: Shape) -> tuple:
+def _steps_of(plan: PlanShape, shape: Shape, unsliced: bool = False) -> tuple:
     """What names the steps `plan` runs on a layout of `shape` (`_distinct`)."""
     schedule = SCHEDULES[plan.algorithm]
     if schedule.two_level and plan.inner is not None:
         found = levels(schedule, shape)
         if found is not None and found.columns[0] == 1:
             return plan.algorithm, SCHEDULES[plan.inner].native, plan.intra_codec
+        if (unsliced and found is not None and found.rows[0] == 1
+                and found.columns[0] == shape.size and not SCHEDULES[plan.inner].native):
+            return tuple(PlanShape(plan.inner, None, None, plan.inter_codec))
     return tuple(plan)
 
 
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     bucket, dtype, op, spec, shape, native = key
+    if shape.size == 1:
+        return None  # one rank: a copy
     ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
-    if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
-        return None  # one rank: a copy; measured: what the job did already decides
-    ranked = _distinct(ranked, shape)
+    # the bucket's calls all under one slice: a two-level call of them runs one
+    ranked = _distinct(ranked, shape, unsliced=slice_count(2 ** bucket - 1) == 1)
+    if str(ranked[0][1]) in profile.plans.get(shape.label, {}):
+        return None  # measured (its steps, under the name tuning times): what the job did decides
     lossless = [(s, p) for s, p in ranked if p.inter_codec is None and p.intra_codec is None]
     # auto compresses only across nodes (a node's shared memory is faster than any codec
     # here): on one node no coded plan is tried either, lossy codec allowed or not
