@@ -100,6 +100,36 @@ def test_what_was_learned_reloads_as_measured_plans():
     assert Tuner().kind(KEY, again) is None  # its first choice is measured now
 
 
+def test_a_job_slower_than_the_model_reloads_its_tuning_and_runs_what_it_settled_on():
+    """Measured on a network slower than the profile describes (the defaults: 10 Gbit/s;
+    an emulated 1 Gbit/s link takes several times the model's prices), the plans the
+    job did not try keep the model's prices, under every measured time. Reloaded, the
+    next job must still start tuned: not learn the kind again, and run the plan this one
+    settled on, not an untried plan the model prices low."""
+    from zipcoll.collectives.planning.plans import rank_plans, unmeasured_behind
+
+    times = {}
+
+    def table(plan, rank):  # 30-50 ms a call, the fourth candidate tried the fastest
+        return times.setdefault(plan, 30e-3 * (1 + 0.1 * len(times)) if len(times) != 3
+                                else 25e-3)
+
+    _, tuners = simulate(2, 60, 1, 0, table)
+    settled = tuners[0].kinds[KEY].settled
+    assert settled == min(times, key=times.get)
+    profile = type(DEFAULT_PROFILE).from_dict(tuners[0].profile(DEFAULT_PROFILE).to_dict())
+    assert Tuner().kind(KEY, profile) is None
+    ranked = rank_plans(4 << 20, TOPOLOGY, profile, "int8")
+    assert ranked[0][1] == settled, ranked[:3]
+    cheapest_untried = min((s, p) for s, p in ranked if p not in times)
+    assert cheapest_untried[0] < times[settled]  # the model prices it lower: it is behind
+    assert cheapest_untried[1] in unmeasured_behind(ranked, 4 << 20, TOPOLOGY, profile)
+    # at a size it never measured the model decides as before, and tuning runs there
+    assert not unmeasured_behind(ranked, 64 << 20, TOPOLOGY, profile)
+    assert Tuner().kind(key_of(64 << 20, "float32", "sum", "int8", TOPOLOGY, True),
+                        profile) is not None
+
+
 def learn_until_settled(tuner, key, nbytes, turn):
     """One rank's calls of one kind until it stops learning, each call's time 1 ms; the
     calls it took, and each plan's warm-ups among them (untimed: no time learned)."""

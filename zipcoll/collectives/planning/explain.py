@@ -19,7 +19,8 @@ from typing import Any, Mapping
 from mpi4py import MPI
 
 from zipcoll.collectives.planning.model import Shape
-from zipcoll.collectives.planning.plans import PlanShape, codec_idle, rank_plans
+from zipcoll.collectives.planning.plans import (PlanShape, codec_idle, rank_plans,
+                                                unmeasured_behind)
 from zipcoll.collectives.planning.profile import (Link, Profile, ProfileError, load_profile,
                                                   profile_source)
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket
@@ -56,11 +57,16 @@ class Ranking(list):
                  f"{'predicted':>12}  {'vs best':>8}  "
                  + (f"{'measured':>12} {'calls':>5}  " if self.measured else "") + "plan"]
         best = self[0][0] if self else 0.0
+        behind = (unmeasured_behind(self, self.nbytes, self.topology, self.profile)
+                  if self.collective == "all-reduce" and self.topology is not None
+                  and self.profile is not None else set())
         for seconds, plan in self:
             ratio = f"{seconds / best:>7.2f}x" if best > 0 else f"{'-':>8}"
             idle = (self.collective == "all-reduce" and self.topology is not None
                     and codec_idle(plan, self.topology))
             mark = "  (codec not applied: its level has one rank)" if idle else ""
+            if plan in behind:
+                mark += "  (not measured at this size: after the plans the profile measured)"
             timed = ""
             if self.measured:
                 took, calls = self.measured.get(plan, (None, 0))

@@ -330,9 +330,37 @@ def rank_plans(nbytes: int, topology: Any, profile: Profile | None = None, codec
     """(predicted seconds, plan) of every candidate plan, cheapest first (``native``: see
     ``candidate_plans``).
 
-    Ties go to the plan that sorts first by name, so every rank orders alike.
+    Ties go to the plan that sorts first by name, so every rank orders alike. Plans the
+    profile did not measure go after those it measured where it measured others of their
+    kind at this size (`unmeasured_behind`).
     """
     profile = profile or DEFAULT_PROFILE
     ranked = [(predict(plan, nbytes, topology, profile, dtype), plan)
               for plan in candidate_plans(topology, codec, dtype, op, native)]
-    return sorted(ranked, key=lambda item: (item[0], tuple(str(x) for x in item[1])))
+    behind = unmeasured_behind(ranked, nbytes, topology, profile)
+    return sorted(ranked, key=lambda item: (item[1] in behind, item[0],
+                                            tuple(str(x) for x in item[1])))
+
+
+def unmeasured_behind(ranked: list[tuple[float, PlanShape]], nbytes: int, topology: Any,
+                      profile: Profile) -> set[PlanShape]:
+    """The plans of `ranked` that rank after every measured one: where the profile measured
+    plans of a kind (lossless, or carrying a codec) on this layout within 2x of `nbytes`,
+    those of that kind it did not measure there.
+
+    A measured profile comes from a calibration run (every plan) or from a job's online
+    tuning (the plans it tried: the model's best few; the rest it ranked worse). The
+    model's price of a plan not measured may describe another network (the defaults: 10
+    Gbit/s): beside measured times it would win by being unmeasured, where the job that
+    measured chose among what it measured."""
+    table = profile.plans.get(Shape.of(topology).label)
+    if not table:
+        return set()
+    near = {plan for _, plan in ranked
+            if any(nbytes / 2 <= size <= 2 * nbytes for size, _ in table.get(str(plan), ()))}
+    kinds = {_coded(plan) for plan in near}
+    return {plan for _, plan in ranked if plan not in near and _coded(plan) in kinds}
+
+
+def _coded(plan: PlanShape) -> bool:
+    return plan.inter_codec is not None or plan.intra_codec is not None

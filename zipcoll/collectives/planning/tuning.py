@@ -557,13 +557,11 @@ def _steps_of(plan: PlanShape, shape: Shape, unsliced: bool = False) -> tuple:
 
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     bucket, dtype, op, spec, shape, native = key
-    if shape.size == 1:
-        return None  # one rank: a copy
     ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
+    if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
+        return None  # one rank: a copy; measured: what the job did already decides
     # the bucket's calls all under one slice: a two-level call of them runs one
     ranked = _distinct(ranked, shape, unsliced=slice_count(2 ** bucket - 1) == 1)
-    if str(ranked[0][1]) in profile.plans.get(shape.label, {}):
-        return None  # measured (its steps, under the name tuning times): what the job did decides
     lossless = [(s, p) for s, p in ranked if p.inter_codec is None and p.intra_codec is None]
     # auto compresses only across nodes (a node's shared memory is faster than any codec
     # here): on one node no coded plan is tried either, lossy codec allowed or not
