@@ -210,6 +210,38 @@ def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     assert ran[0] == target and ran[-4:] == [runner_up] * 4, ran
 
 
+def test_once_settled_a_machine_turned_faster_drops_no_runner_up_on_its_old_times():
+    """On one node of 4 ranks at 256 KiB the learning timed MPI's own Allreduce at 0.64 ms
+    and a torus plan at 0.55 ms; then the machine turned faster (its shared-memory calls
+    change 2-4x within seconds): the torus plan 0.25 ms, MPI's own 0.20 ms. The torus
+    plan's estimate, from its latest calls, is soon under half MPI's own, whose times are
+    still the learning's: MPI's own must not be dropped for good on those; its re-checks
+    show it faster, and it takes over. A runner-up whose re-checks stay over DROP x the
+    best is dropped once they make up its estimate (the lower median of its latest KEEP)."""
+    one_node = Topology.from_layout(4, 0, ranks_per_node=4)
+    key = key_of(256 << 10, "float32", "sum", None, one_node, True)
+    tuner = Tuner()
+    kind = tuner.kind(key, DEFAULT_PROFILE)
+    own, torus = PlanShape("native"), PlanShape("torus", "native")
+    assert {own, torus} <= set(kind.candidates), kind.candidates
+    before = {p: 0.70e-3 for p in kind.candidates}
+    before[own], before[torus] = 0.64e-3, 0.55e-3
+    _, turn = one_rank_calls(tuner, key, 256 << 10, 0, 20, before.get)
+    assert not kind.learning and kind.best() == torus
+    after = {p: 0.30e-3 for p in kind.candidates}
+    after[own], after[torus] = 0.20e-3, 0.25e-3
+    ran, turn = one_rank_calls(tuner, key, 256 << 10, turn, 400, after.get)
+    assert own not in kind.dropped and kind.best() == own and ran[-1] == own, kind.dropped
+    doomed = kind.alive()[-1]
+    slower = dict(after)
+    slower[doomed] = 5e-3
+    others = len(kind.alive()) - 1
+    ran, _ = one_rank_calls(tuner, key, 256 << 10, turn, tuning.RECHECK * others * 6,
+                            slower.get)
+    assert doomed in kind.dropped and kind.best() == own
+    assert ran.count(doomed) <= tuning.KEEP // 2 + 1, ran.count(doomed)
+
+
 def test_a_candidate_within_drop_gets_its_trials_and_one_beyond_is_dropped_after_one():
     """Every candidate is timed once; those within DROP of the best get their second trial
     whatever their first took (one call in several stalls on a shared machine), and the

@@ -19,7 +19,9 @@ faster runs in turn with it until each has ``CONFIRM`` times from those calls, w
 alone then decide, since the luckiest of several runner-ups' re-checks is no evidence,
 nor are times from before the machine changed). A candidate more than
 ``DROP`` x the best so far is dropped after its first timed call, for good (and so is a
-best that becomes that slow).
+best that becomes that slow). Once settled, a plan is dropped only on a time of its own:
+where its latest and its estimate both are over ``DROP`` x the best's (a runner-up's
+older times may be from before the machine changed).
 
 Every rank must run the same plan for the same call, so a decision is a function of
 agreed numbers only:
@@ -262,27 +264,33 @@ class Kind:
         return self._in_duel(plan) + self.pending.get(plan, 0)
 
     def learn(self, plan: PlanShape, seconds: float, nbytes: int) -> None:
-        """A call's agreed time: kept, then every candidate over DROP x the best dropped."""
+        """A call's agreed time: kept, then candidates over DROP x the best dropped: while
+        learning, every one; once settled, only `plan`, where this time and its estimate
+        both are. A runner-up's times are then from its trials and rare re-checks, the
+        best's from its latest calls: on a machine that turned 2x faster since (this one's
+        shared-memory calls change 2-4x within seconds) the best's would condemn every
+        runner-up for good on times from before the change, though one of them is faster
+        now; and one stalled re-check must not condemn a plan either."""
         self._learned[plan] = self._learned.get(plan, 0) + 1
         times, sizes = self.times.setdefault(plan, []), self.sizes.setdefault(plan, [])
         times.append(seconds)
         sizes.append(nbytes)
         del times[:-KEEP], sizes[:-KEEP]
         self._estimates[plan] = statistics.median_low(times)
-        self._drop()
+        self._drop(None if self._learning else plan, seconds)
 
     def lost(self) -> None:
         """A call's time never reached every rank: drop candidates never timed that ran
         out of tries (none left is judged on nothing)."""
         self._drop()
 
-    def _drop(self) -> None:
+    def _drop(self, only: PlanShape | None = None, latest: float = 0.0) -> None:
         self._refresh()
         best = self._best
-        for c in list(self._alive):
-            if len(self._alive) == 1:
+        for c in list(self._alive) if only is None else [only]:
+            if len(self._alive) == 1 or c not in self._alive:
                 break
-            estimate = self.estimate(c)
+            estimate = self.estimate(c) if only is None else min(self.estimate(c), latest)
             exhausted = estimate is None and self.tries.get(c, 0) >= TRIES and not self.pending.get(c)
             if exhausted or best is not None and estimate is not None and estimate > DROP * self.estimate(best):
                 self.dropped.append(c)
