@@ -97,7 +97,13 @@ def test_what_was_learned_reloads_as_measured_plans():
     assert "4x1" in profile.plans and "tuned online" in profile.source
     again = type(profile).from_dict(profile.to_dict())
     assert again.plans == profile.plans
-    assert Tuner().kind(KEY, again) is None  # its first choice is measured now
+    resumed = Tuner().kind(KEY, again)  # its first choice is measured now: not learned again
+    learned = tuners[0].kinds[KEY]
+    assert resumed.resumed and not resumed.learning and resumed.best() == learned.best()
+    within = {p for p in learned.candidates
+              if learned.estimate(p) is not None
+              and learned.estimate(p) <= tuning.DROP * learned.estimate(learned.best())}
+    assert set(resumed.candidates) == within  # its runner-ups: those within DROP
 
 
 def test_a_job_slower_than_the_model_reloads_its_tuning_and_runs_what_it_settled_on():
@@ -118,7 +124,8 @@ def test_a_job_slower_than_the_model_reloads_its_tuning_and_runs_what_it_settled
     settled = tuners[0].kinds[KEY].settled
     assert settled == min(times, key=times.get)
     profile = type(DEFAULT_PROFILE).from_dict(tuners[0].profile(DEFAULT_PROFILE).to_dict())
-    assert Tuner().kind(KEY, profile) is None
+    resumed = Tuner().kind(KEY, profile)
+    assert resumed.resumed and not resumed.learning and resumed.best() == settled
     ranked = rank_plans(4 << 20, TOPOLOGY, profile, "int8")
     assert ranked[0][1] == settled, ranked[:3]
     cheapest_untried = min((s, p) for s, p in ranked if p not in times)
@@ -128,6 +135,33 @@ def test_a_job_slower_than_the_model_reloads_its_tuning_and_runs_what_it_settled
     assert not unmeasured_behind(ranked, 64 << 20, TOPOLOGY, profile)
     assert Tuner().kind(key_of(64 << 20, "float32", "sum", "int8", TOPOLOGY, True),
                         profile) is not None
+
+
+def test_a_resumed_kind_runs_its_best_at_once_and_notices_a_change():
+    """Reloaded, a kind runs the plan the profile measured fastest from its first call
+    (no learning), and still re-checks its runner-ups: when the machine changes and the
+    runner-up turns faster, it takes over, as in the job that learned."""
+    first, second = Tuner().kind(KEY, DEFAULT_PROFILE).candidates[:2]
+    profile = replace(DEFAULT_PROFILE, plans={"4x1": {str(first): ((4 << 20, 10e-3),),
+                                                      str(second): ((4 << 20, 15e-3),)}})
+    tuner = Tuner()
+    kind = tuner.kind(KEY, profile)
+    assert kind.resumed and kind.candidates == [first, second] and kind.best() == first
+    ran, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 10, {first: 10e-3, second: 15e-3}.get)
+    assert set(ran) == {first}
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 200, {first: 30e-3, second: 15e-3}.get)
+    assert kind.best() == second and ran[-1] == second
+    assert ran.index(second) < 40 and ran[-20:].count(first) <= 1, ran
+    # a plan measured over DROP x the fastest is no runner-up; with none, nothing is tuned
+    far = replace(profile, plans={"4x1": {str(first): ((4 << 20, 10e-3),),
+                                          str(second): ((4 << 20, 25e-3),)}})
+    assert Tuner().kind(KEY, far) is None
+    # measured only at another size (here 64 MiB, priced flat below it): learned here
+    elsewhere = replace(profile, plans={"4x1": {str(first): ((64 << 20, 1e-3),)}})
+    from zipcoll.collectives.planning.plans import rank_plans
+    assert rank_plans(4 << 20, TOPOLOGY, elsewhere, "int8")[0][1] == first
+    learning = Tuner().kind(KEY, elsewhere)
+    assert not learning.resumed and learning.learning
 
 
 def learn_until_settled(tuner, key, nbytes, turn):

@@ -356,10 +356,15 @@ def unmeasured_behind(ranked: list[tuple[float, PlanShape]], nbytes: int, topolo
     table = profile.plans.get(Shape.of(topology).label)
     if not table:
         return set()
-    near = {plan for _, plan in ranked
-            if any(nbytes / 2 <= size <= 2 * nbytes for size, _ in table.get(str(plan), ()))}
+    near = {plan for _, plan in ranked if measured_near(table, plan, nbytes)}
     kinds = {_coded(plan) for plan in near}
     return {plan for _, plan in ranked if plan not in near and _coded(plan) in kinds}
+
+
+def measured_near(table: Mapping[str, Any], plan: PlanShape, nbytes: int) -> bool:
+    """Whether a layout's measured plans (``Profile.plans[layout]``) hold `plan` at a size
+    within 2x of `nbytes` (a size bucket's calls are within 2x of its middle)."""
+    return any(nbytes / 2 <= size <= 2 * nbytes for size, _ in table.get(str(plan), ()))
 
 
 def _coded(plan: PlanShape) -> bool:

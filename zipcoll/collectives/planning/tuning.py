@@ -53,7 +53,9 @@ only shrinks as agreements are read, so what a call prepares for (MPI collective
 start order) covers what it runs.
 
 A kind the profile already measured (``Profile.plans`` of this layout has the model's
-first choice: ``zipcoll-bench calibrate --plans``, or a saved tuning) is not tuned.
+first choice near its size: ``zipcoll-bench calibrate --plans``, or a saved tuning) is not learned
+again: it resumes settled on its fastest measured plan, with the plans measured within
+``DROP`` of it as runner-ups, re-checked and dueled as after a learning (`_resumed`).
 ``Tuner.profile`` gives the profile with what was learned, to save and reload.
 """
 from __future__ import annotations
@@ -68,7 +70,8 @@ from typing import Any, Callable
 import numpy as np
 
 from zipcoll.collectives.planning.model import Shape
-from zipcoll.collectives.planning.plans import PlanShape, codec_idle, levels, rank_plans
+from zipcoll.collectives.planning.plans import (PlanShape, codec_idle, levels, measured_near,
+                                                rank_plans)
 from zipcoll.collectives.planning.profile import Profile
 from zipcoll.collectives.planning.selector import bucket_size, size_bucket, spec_of
 from zipcoll.collectives.progress import Gate
@@ -122,6 +125,7 @@ class Kind:
     rechecks: int = 0
     settled: PlanShape | None = None
     loud: bool = True  # logs what it learns (rank 0's)
+    resumed: bool = False  # settled from a profile's measured times (`_resumed`)
     # (plan, dtype, bucket) that ran on the communicator already (the Tuner's, shared by
     # its kinds)
     warmed: set = field(default_factory=set)
@@ -135,6 +139,22 @@ class Kind:
         # the one settled on and a runner-up that looks faster, run in turn: each plan's
         # count of times learned when the duel began
         self._duel: dict[PlanShape, int] | None = None
+        if self.resumed:
+            self._learning = False
+
+    def timed_here(self, plan: PlanShape) -> int:
+        """`plan`'s calls timed in this job (a resumed kind's profile times not counted)."""
+        return self._learned.get(plan, 0) - (TRIALS if self.resumed and plan in self.candidates
+                                             else 0)
+
+    def resume(self, measured: dict[PlanShape, float], nbytes: int) -> None:
+        """Each candidate's time from a profile, as TRIALS timed calls; settle on the fastest."""
+        for plan, seconds in measured.items():
+            self.times[plan], self.sizes[plan] = [seconds] * TRIALS, [nbytes] * TRIALS
+            self._learned[plan] = TRIALS
+            self._estimates[plan] = seconds
+        self._refresh()
+        self.settled = self._best
 
     def alive(self) -> list[PlanShape]:
         """The candidates not dropped, in model order."""
@@ -325,7 +345,7 @@ class Tuner:
     """
 
     def __init__(self, rank: int = 0):
-        self.kinds: dict[tuple, Kind | None] = {}  # None: measured in the profile, not tuned
+        self.kinds: dict[tuple, Kind | None] = {}  # None: one plan to run, not tuned
         self._ran: dict[int, _Ran] = {}  # turn -> what that call ran (the same on every rank)
         self._took: dict[int, float] = {}  # turn -> this rank's seconds (its own measurement)
         self._read = 0  # agreements read, in start order
@@ -387,12 +407,17 @@ class Tuner:
 
     # -- the decision -------------------------------------------------------------------
     def kind(self, key: tuple, profile: Profile) -> Kind | None:
-        """The tuning of one kind of call; None where the profile measured it already."""
+        """The tuning of one kind of call; None where there is nothing to choose from."""
         if key not in self.kinds:
             self.kinds[key] = found = _new_kind(key, profile)
             if found is not None:
                 found.loud, found.warmed = self.rank == 0, self._warmed
-            if found is not None and found.loud:
+            if found is not None and found.loud and found.resumed:
+                log.info("auto %s: settled on %s as measured in the profile (%.3f ms); "
+                         "re-checking %s", found.label, found.settled,
+                         found.estimate(found.settled) * 1e3,
+                         "; ".join(str(p) for p in found.candidates if p != found.settled))
+            elif found is not None and found.loud:
                 log.info("auto %s: learning, trying %s", found.label,
                          "; ".join(map(str, found.candidates)))
         return self.kinds[key]
@@ -431,12 +456,13 @@ class Tuner:
         return [k.label for k in self.kinds.values() if k is not None and k.learning]
 
     def measured(self, key: tuple) -> dict[PlanShape, tuple[float, int]]:
-        """(estimate, calls timed) of each candidate of one kind (empty if untuned)."""
+        """(estimate, calls timed in this job) of each candidate of one kind timed here
+        (empty if untuned)."""
         kind = self.kinds.get(key)
         if kind is None:
             return {}
-        return {c: (kind.estimate(c), len(kind.times[c])) for c in kind.candidates
-                if kind.times.get(c)}
+        timed = {c: kind.timed_here(c) for c in kind.candidates}
+        return {c: (kind.estimate(c), timed[c]) for c in kind.candidates if timed[c]}
 
     def measured_for(self, nbytes: int, topology: Any, codec: Any = None,
                      dtype: Any = "float32", op: str = "sum",
@@ -565,9 +591,11 @@ def _steps_of(plan: PlanShape, shape: Shape, unsliced: bool = False) -> tuple:
 
 def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     bucket, dtype, op, spec, shape, native = key
+    if shape.size == 1:
+        return None  # one rank: a copy
     ranked = rank_plans(bucket_size(bucket), shape, profile, spec, dtype, op, native)
-    if shape.size == 1 or str(ranked[0][1]) in profile.plans.get(shape.label, {}):
-        return None  # one rank: a copy; measured: what the job did already decides
+    # measured near this size (not only extrapolated from another): resume, not learn
+    measured = measured_near(profile.plans.get(shape.label, {}), ranked[0][1], bucket_size(bucket))
     # the bucket's calls all under one slice: a two-level call of them runs one
     ranked = _distinct(ranked, shape, unsliced=slice_count(2 ** bucket - 1) == 1)
     lossless = [(s, p) for s, p in ranked if p.inter_codec is None and p.intra_codec is None]
@@ -575,6 +603,11 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     # here): on one node no coded plan is tried either, lossy codec allowed or not
     coded = [] if shape.nodes == 1 else [(s, p) for s, p in ranked if p.inter_codec is not None
                                          and not codec_idle(p, shape)]
+    label = (f"{bucket_size(bucket)} B {dtype} {op}" + (f" codec {spec}" if spec else "")
+             + f" on {shape.label}")
+    if measured:  # what a calibration or an earlier job measured decides: resume from it
+        return _resumed(label, sorted(lossless + coded, key=lambda item: item[0]),
+                        profile.plans[shape.label], dtype, bucket)
     # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
     own = [p for _, p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
     # with a codec that may pay, the lossless plans are the fallback for when none with it
@@ -590,6 +623,21 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
-    label = (f"{bucket_size(bucket)} B {dtype} {op}" + (f" codec {spec}" if spec else "")
-             + f" on {shape.label}")
     return Kind(label, candidates, {p: s for s, p in ranked}, dtype, bucket)
+
+
+def _resumed(label: str, priced: list[tuple[float, PlanShape]], table: dict, dtype: str,
+             bucket: int) -> Kind | None:
+    """A kind the profile measured at its size, settled as if learned there: its measured
+    plans within DROP of the fastest (at most LEARNABLE), each with its measured time as
+    TRIALS timed calls. It runs the fastest from its first call, and re-checks and duels
+    as a kind settled in this job does, so a changed machine or network is noticed
+    (a saved tuning reloads as it was left, not frozen); None where one plan is left."""
+    nbytes = bucket_size(bucket)
+    near = [(s, p) for s, p in priced if measured_near(table, p, nbytes)]
+    candidates = [p for s, p in near if s <= DROP * near[0][0]][:LEARNABLE] if near else []
+    if len(candidates) < 2:
+        return None
+    kind = Kind(label, candidates, {p: s for s, p in priced}, dtype, bucket, resumed=True)
+    kind.resume({p: s for s, p in near if p in candidates}, nbytes)
+    return kind
