@@ -144,8 +144,7 @@ class Kind:
 
     def timed_here(self, plan: PlanShape) -> int:
         """`plan`'s calls timed in this job (a resumed kind's profile times not counted)."""
-        return self._learned.get(plan, 0) - (TRIALS if self.resumed and plan in self.candidates
-                                             else 0)
+        return self._learned.get(plan, 0) - (TRIALS if self.resumed else 0)
 
     def resume(self, measured: dict[PlanShape, float], nbytes: int) -> None:
         """Each candidate's time from a profile, as TRIALS timed calls; settle on the fastest."""
@@ -606,7 +605,8 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     label = (f"{bucket_size(bucket)} B {dtype} {op}" + (f" codec {spec}" if spec else "")
              + f" on {shape.label}")
     if measured:  # what a calibration or an earlier job measured decides: resume from it
-        return _resumed(label, sorted(lossless + coded, key=lambda item: item[0]),
+        allowed = set(lossless + coded)
+        return _resumed(label, [item for item in ranked if item in allowed],
                         profile.plans[shape.label], dtype, bucket)
     # MPI's own Allreduce too, where allowed: what the job would run without zipcoll
     own = [p for _, p in lossless if p.inner is None and SCHEDULES[p.algorithm].native]
