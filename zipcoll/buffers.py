@@ -169,8 +169,12 @@ def as_array(obj: Any, *, writable: bool = False) -> Buffer:
     ((6,), 'host')
     """
     if type(obj) is np.ndarray:  # the common case first (subclasses take the long way)
-        buf = _flat(obj, obj, HOST)
-        if writable and not obj.flags.writeable:
+        flags = obj.flags
+        if flags.c_contiguous:  # a 1-D one is its own flat view
+            buf = Buffer(obj if obj.ndim == 1 else obj.reshape(-1), HOST, obj, obj.shape)
+        else:
+            buf = _flat(obj, obj, HOST)
+        if writable and not flags.writeable:
             raise ValueError("the receive buffer (ndarray) is read-only")
         return buf
     if obj is None or obj is MPI.IN_PLACE or obj is MPI.BOTTOM:

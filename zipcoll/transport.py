@@ -122,14 +122,15 @@ class Transport:
     # -- point to point ------------------------------------------------------------
     def isend(self, arr: Any, dest: int, tag: int) -> MPI.Request:
         """Start sending the bytes of a contiguous array (any number of them)."""
-        if _nbytes(arr) <= max_count():  # the common case, without a context manager
+        # the common case first: a host array within one call's count, no context manager
+        if type(arr) is np.ndarray and arr.nbytes <= settings.get().max_count:
             return self.comm.Isend([arr, MPI.BYTE], dest, tag)
         with _as_bytes(arr) as spec:
             return self.comm.Isend(spec, dest, tag)
 
     def irecv(self, arr: Any, source: int, tag: int) -> MPI.Request:
         """Start receiving into the bytes of a contiguous array (any number of them)."""
-        if _nbytes(arr) <= max_count():
+        if type(arr) is np.ndarray and arr.nbytes <= settings.get().max_count:
             return self.comm.Irecv([arr, MPI.BYTE], source, tag)
         with _as_bytes(arr) as spec:
             return self.comm.Irecv(spec, source, tag)
@@ -355,11 +356,10 @@ class Agreement:
             self._last = list(values)
         self.request = comm.Iallreduce(self._local, self._out, MPI.MIN)
 
-    def lows(self) -> list[int]:
-        return self._out[: self.length].tolist()
-
-    def highs(self) -> list[int]:
-        return (-self._out[self.length:]).tolist()
+    def read(self) -> tuple[list[int], list[int]]:
+        """(minima, maxima) of the vectors, once the request is done."""
+        out = self._out.tolist()  # one conversion: the vector is short, Python negates it
+        return out[: self.length], [-v for v in out[self.length:]]
 
 
 class _ScratchView:

@@ -233,7 +233,8 @@ def test_agreement_in_flight_keeps_its_buffers(comm):
     gc.collect()
     litter = [np.full(16, -1, np.int64) for _ in range(1000)]  # same size as its buffers
     agreement.request.Wait()
-    assert list(agreement.lows()) == values and list(agreement.highs()) == values
+    lows, highs = agreement.read()
+    assert lows == values and highs == values
     del litter
 
 

@@ -71,7 +71,7 @@ def agree(ctx: Context, turn: int, signature: list[int], fields: tuple[str, ...]
     ctx.pass_turn(turn)
     try:
         yield [agreement.request]
-        lows, highs = agreement.lows(), agreement.highs()
+        lows, highs = agreement.read()
     finally:
         t.agreed(agreement)
     if error is not None:

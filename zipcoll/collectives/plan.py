@@ -365,8 +365,9 @@ def _check_disjoint(send: Buffer, recv: Buffer) -> None:
     read sendbuf, so aliased buffers would give wrong sums that differ across ranks."""
     if send.count == 0:
         return
-    if (type(send.array) is np.ndarray and type(recv.array) is np.ndarray
-            and not np.may_share_memory(send.array, recv.array[:send.count])):
+    written = recv.array if recv.count == send.count else recv.array[:send.count]
+    if (type(send.array) is np.ndarray and type(written) is np.ndarray
+            and not np.may_share_memory(send.array, written)):
         return  # host arrays whose memory bounds do not meet (one C call)
     send_start, send_end = buffers.byte_range(send)
     recv_start, recv_end = buffers.byte_range(recv, send.count)

@@ -291,7 +291,10 @@ class Straight:
         with self._engine._hold():  # another thread on this thread's calls: refused
             try:
                 for step in steps:
-                    if isinstance(step, Gate):
+                    if type(step) is list:  # the common step: requests that must all complete
+                        if step:
+                            MPI.Request.Waitall(step)
+                    elif isinstance(step, Gate):
                         if not step.ready():  # only another call could open it: none is live
                             raise RuntimeError("zipcoll progress engine: nothing in flight can "
                                                "satisfy the wait (a gate no call can open)")

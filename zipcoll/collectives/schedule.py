@@ -6,6 +6,7 @@ the end (blocking); `zipcoll.Request` drives one a step per `test()` (non-blocki
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Generator, Iterator
 
 from mpi4py import MPI
@@ -13,15 +14,18 @@ from mpi4py import MPI
 Steps = Generator[list, None, None]
 
 
-def chunk_bounds(count: int, parts: int) -> list[tuple[int, int]]:
-    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1."""
+@functools.lru_cache(maxsize=256)
+def chunk_bounds(count: int, parts: int) -> tuple[tuple[int, int], ...]:
+    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1,
+    the larger ones first (so the first is the largest). Cached: a call like the last
+    one splits alike."""
     base, extra = divmod(count, parts)
     bounds, start = [], 0
     for i in range(parts):
         stop = start + base + (i < extra)
         bounds.append((start, stop))
         start = stop
-    return bounds
+    return tuple(bounds)
 
 
 def split_space(space: Any, sizes: list) -> list:
