@@ -20,7 +20,7 @@ def default_settings(zipcoll_env):
 
 @pytest.mark.parametrize("count", [0, 1, 1 << 20])  # 1 << 20 float32: exactly one chunk
 def test_a_message_of_one_chunk_or_less_is_staged_whole(count):
-    assert staging_chunks(count, 4) == [(0, count)]
+    assert list(staging_chunks(count, 4)) == [(0, count)]
 
 
 def test_chunks_are_near_equal_whole_elements_of_at_most_the_chunk_bytes():
@@ -32,18 +32,18 @@ def test_chunks_are_near_equal_whole_elements_of_at_most_the_chunk_bytes():
 
 
 def test_one_more_element_than_fits_makes_two_chunks():
-    assert staging_chunks((4 << 20) // 4 + 1, 4) == [(0, 524289), (524289, 1048577)]
+    assert list(staging_chunks((4 << 20) // 4 + 1, 4)) == [(0, 524289), (524289, 1048577)]
 
 
 def test_an_element_larger_than_a_chunk_is_a_chunk():
-    assert staging_chunks(3, 16, most_bytes=10) == [(0, 1), (1, 2), (2, 3)]
+    assert list(staging_chunks(3, 16, most_bytes=10)) == [(0, 1), (1, 2), (2, 3)]
 
 
 def test_the_environment_sets_the_chunk_bytes_and_buffers(zipcoll_env):
     zipcoll_env(ZIPCOLL_STAGING_CHUNK_BYTES="4K", ZIPCOLL_STAGING_IN_FLIGHT="3")
     assert staging.chunk_bytes() == 4096 and staging.in_flight() == 3
     assert len(staging_chunks(10_000, 4)) == 10  # 1024 float32 a chunk at most
-    assert staging_chunks(10_000, 4, most_bytes=40_000) == [(0, 10_000)]  # the argument wins
+    assert list(staging_chunks(10_000, 4, most_bytes=40_000)) == [(0, 10_000)]  # the argument wins
     assert "4096 bytes, 3 in flight" in staging.staging_rule()
 
 

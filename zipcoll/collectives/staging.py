@@ -51,12 +51,12 @@ def in_flight() -> int:
 
 
 def staging_chunks(count: int, itemsize: int,
-                   most_bytes: int | None = None) -> list[tuple[int, int]]:
+                   most_bytes: int | None = None) -> tuple[tuple[int, int], ...]:
     """The chunks of `count` elements of `itemsize` bytes: near-equal whole-element ranges of
     at most `most_bytes` (default `chunk_bytes()`) each, or one chunk when it all fits.
 
     >>> staging_chunks(10, 4, most_bytes=16)
-    [(0, 4), (4, 7), (7, 10)]
+    ((0, 4), (4, 7), (7, 10))
     """
     most = chunk_bytes() if most_bytes is None else most_bytes
     per_chunk = max(1, most // itemsize)  # an element larger than a chunk is a chunk
@@ -80,7 +80,7 @@ def through_pinned(t: Transport, source: Any, target: Any,
 
 
 def _pipeline(t: Transport, source: Any, target: Any, reduce_chunk: Callable[[np.ndarray], Steps],
-              bounds: list[tuple[int, int]], depth: int) -> Steps:
+              bounds: tuple[tuple[int, int], ...], depth: int) -> Steps:
     """`through_pinned`'s steps: `depth` pinned buffers, chunk i in buffer i % depth."""
     longest = max(hi - lo for lo, hi in bounds)
     space = t.borrow(depth * longest, source.dtype, PINNED)

@@ -38,7 +38,7 @@ def native(t: Transport, buf: Any, enc: Lossless, tag: int, xp: Any = np,
             yield [t.iallreduce_native(source, buf[lo:hi], op)]
 
 
-def native_chunks(count: int) -> list[tuple[int, int]]:
+def native_chunks(count: int) -> tuple[tuple[int, int], ...]:
     """The (start, stop) item ranges of `native`'s calls: as few as the count limit allows."""
     return chunk_bounds(count, max(1, -(-count // transport.max_count())))
 
