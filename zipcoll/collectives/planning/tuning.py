@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -91,7 +90,9 @@ DROP = 2.0     # a candidate this much slower than the best so far is dropped
 SWITCH = 1.03  # once settled, another candidate takes over only when this much faster,
 CONFIRM = 3    # over this many calls run in turn with the one settled on (a duel)
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
-SAMPLE = 4     # once settled, one call of the best in SAMPLE is timed where calls are short
+SAMPLE = 16    # once settled, one call of the best in SAMPLE is timed where calls are short:
+               # a timed call's bookkeeping (its time in the next agreement, the learning)
+               # is some 8 us of Python a rank, 30-40 us a call on 4 ranks sharing 2 cores
 TIME_ALL = 1e-3  # a best estimated at this or more is timed on every call: its bookkeeping
                  # is then under a few percent, and a plan whose calls turn slow half the
                  # time shows in its median within a few calls
@@ -100,6 +101,12 @@ WINDOW = 4     # a call's time rides in the agreements of the WINDOW calls after
 SLOTS = 2 * WINDOW  # numbers the agreement carries: (t, -t) per call, microseconds, 0: not done
 
 log = logging.getLogger("zipcoll.tuning")
+
+
+def _lower_median(times: list[float]) -> float:
+    """statistics.median_low of a few floats, without its checks (every timed call's)."""
+    return sorted(times)[(len(times) - 1) // 2]
+_UNKNOWN = object()  # a kind not met yet (None: a kind met, with nothing to tune)
 
 
 @dataclass
@@ -231,7 +238,7 @@ class Kind:
         for plan in duel:
             keep = self._since(plan)
             del self.times[plan][:-keep], self.sizes[plan][:-keep]
-            self._estimates[plan] = statistics.median_low(self.times[plan])
+            self._estimates[plan] = _lower_median(self.times[plan])
         self._duel = None
         runner_up = next(p for p in duel if p != held)
         if SWITCH * self._estimates[runner_up] >= self._estimates[held]:
@@ -295,7 +302,7 @@ class Kind:
         times.append(seconds)
         sizes.append(nbytes)
         del times[:-KEEP], sizes[:-KEEP]
-        self._estimates[plan] = statistics.median_low(times)
+        self._estimates[plan] = _lower_median(times)
         self._drop(None if self._learning else plan, seconds)
 
     def lost(self) -> None:
@@ -304,8 +311,10 @@ class Kind:
         self._drop()
 
     def _drop(self, only: PlanShape | None = None, latest: float = 0.0) -> None:
+        dueling = self._duel is not None
         self._refresh()
         best = self._best
+        alive = len(self._alive)
         for c in list(self._alive) if only is None else [only]:
             if len(self._alive) == 1 or c not in self._alive:
                 break
@@ -319,7 +328,10 @@ class Kind:
                              "its times never reached every rank" if exhausted else
                              f"{estimate * 1e3:.3f} ms, over {DROP:g}x {best}'s "
                              f"{self.estimate(best) * 1e3:.3f} ms")
-        self._refresh()
+        # again where a plan was dropped, or a duel ended (another may begin): else the
+        # state is as the first refresh left it
+        if len(self._alive) != alive or dueling and self._duel is None:
+            self._refresh()
         if not self._learning and self.settled != self._best:
             self.settled = self._best
             if self.settled is not None and self.loud:
@@ -358,15 +370,15 @@ class Tuner:
     def slots(self, turn: int) -> list[int]:
         """What call `turn`'s agreement carries: for each of the WINDOW calls before it,
         (t, -t) with t this rank's microseconds for it, 0 where not finished or not tuned."""
-        if not self._took:  # no tuned call finished lately (every named algorithm's case)
-            return [0] * SLOTS
-        for old in [t for t in self._took if t < turn - WINDOW]:
-            del self._took[old]
-        out = []
-        for back in range(1, WINDOW + 1):
-            seconds = self._took.get(turn - back)
-            us = 0 if seconds is None else max(1, int(round(seconds * 1e6)))
-            out += [us, -us]
+        out = [0] * SLOTS
+        # the few timed calls kept (once settled, short calls are timed one in SAMPLE)
+        for old, seconds in list(self._took.items()):
+            back = turn - old
+            if back > WINDOW:
+                del self._took[old]
+            elif back > 0:
+                us = max(1, round(seconds * 1e6))
+                out[2 * back - 2], out[2 * back - 1] = us, -us
         return out
 
     def in_order(self, turn: int) -> Gate | None:
@@ -378,23 +390,31 @@ class Tuner:
         """Read call `turn`'s agreed slots (their maxima; in start order, after `in_order`):
         a time every rank had is the slowest rank's; one some rank lacked waits, and is
         lost once out of the window."""
-        if not self._ran:  # no tuned call waits for its time
-            return
-        for back in range(1, WINDOW + 1):
-            ran = self._ran.get(turn - back)
-            if ran is None:
-                continue
-            slowest, fastest = int(highs[2 * back - 2]), -int(highs[2 * back - 1])
-            if fastest > 0:  # every rank had finished it
-                del self._ran[turn - back]
+        for old in sorted(self._ran):  # the calls waiting for their times, oldest first
+            back = turn - old
+            if back <= 0:
+                break
+            ran = self._ran[old]
+            if back <= WINDOW:
+                slowest, fastest = int(highs[2 * back - 2]), -int(highs[2 * back - 1])
+                if fastest <= 0:  # some rank had not finished it: a later agreement may
+                    if back < WINDOW:
+                        continue
+                    del self._ran[old]  # out of the window after this one: lost
+                    if not ran.warm_up:
+                        ran.kind.pending[ran.plan] -= 1
+                        ran.kind.lost()
+                    continue
+                del self._ran[old]  # every rank had finished it: no later agreement needs it
+                self._took.pop(old, None)
                 if not ran.warm_up:  # a warm-up's time is not the plan's
                     ran.kind.pending[ran.plan] -= 1
                     ran.kind.learn(ran.plan, slowest * 1e-6, ran.nbytes)
-        for old in [t for t in self._ran if t <= turn - WINDOW]:
-            ran = self._ran.pop(old)
-            if not ran.warm_up:
-                ran.kind.pending[ran.plan] -= 1
-                ran.kind.lost()
+            else:  # past the window (a call that never ran its agreement's turn here)
+                del self._ran[old]
+                if not ran.warm_up:
+                    ran.kind.pending[ran.plan] -= 1
+                    ran.kind.lost()
 
     def done(self, turn: int) -> None:
         """Call `turn`'s agreement is read, or it has none (idempotent)."""
@@ -407,19 +427,21 @@ class Tuner:
     # -- the decision -------------------------------------------------------------------
     def kind(self, key: tuple, profile: Profile) -> Kind | None:
         """The tuning of one kind of call; None where there is nothing to choose from."""
-        if key not in self.kinds:
-            self.kinds[key] = found = _new_kind(key, profile)
-            if found is not None:
-                found.loud, found.warmed = self.rank == 0, self._warmed
-            if found is not None and found.loud and found.resumed:
-                log.info("auto %s: settled on %s as measured in the profile (%.3f ms); "
-                         "re-checking %s", found.label, found.settled,
-                         found.estimate(found.settled) * 1e3,
-                         "; ".join(str(p) for p in found.candidates if p != found.settled))
-            elif found is not None and found.loud:
-                log.info("auto %s: learning, trying %s", found.label,
-                         "; ".join(map(str, found.candidates)))
-        return self.kinds[key]
+        known = self.kinds.get(key, _UNKNOWN)  # one look-up for every call but the first
+        if known is not _UNKNOWN:
+            return known
+        self.kinds[key] = found = _new_kind(key, profile)
+        if found is not None:
+            found.loud, found.warmed = self.rank == 0, self._warmed
+        if found is not None and found.loud and found.resumed:
+            log.info("auto %s: settled on %s as measured in the profile (%.3f ms); "
+                     "re-checking %s", found.label, found.settled,
+                     found.estimate(found.settled) * 1e3,
+                     "; ".join(str(p) for p in found.candidates if p != found.settled))
+        elif found is not None and found.loud:
+            log.info("auto %s: learning, trying %s", found.label,
+                     "; ".join(map(str, found.candidates)))
+        return found
 
     def decide(self, turn: int, key: tuple, profile: Profile, nbytes: int) -> PlanShape | None:
         """Call `turn`'s plan (after its agreement is read: the same on every rank); None:
@@ -432,8 +454,9 @@ class Tuner:
                 and kind.calls % SAMPLE and kind.estimate(plan) < TIME_ALL):
             return plan  # settled, short calls: one of the best's in SAMPLE is timed
         warm_up = kind.cold(plan)
-        self._warmed.add((plan, kind.dtype, kind.bucket))
-        if not warm_up:
+        if warm_up:
+            self._warmed.add((plan, kind.dtype, kind.bucket))
+        else:
             kind.pending[plan] = kind.pending.get(plan, 0) + 1
         self._ran[turn] = _Ran(kind, plan, nbytes, warm_up)
         return plan
