@@ -130,6 +130,7 @@ class Kind:
     dropped: list[PlanShape] = field(default_factory=list)
     calls: int = 0
     rechecks: int = 0
+    untimed: int = 0  # the settled best's short calls since its last timed one
     settled: PlanShape | None = None
     loud: bool = True  # logs what it learns (rank 0's)
     resumed: bool = False  # settled from a profile's measured times (`_resumed`)
@@ -451,8 +452,13 @@ class Tuner:
             return None
         plan = kind.choose()
         if (not kind.learning and not kind.dueling and plan == kind.best()
-                and kind.calls % SAMPLE and kind.estimate(plan) < TIME_ALL):
-            return plan  # settled, short calls: one of the best's in SAMPLE is timed
+                and kind.estimate(plan) < TIME_ALL):
+            # settled, short calls: one of the best's in SAMPLE is timed (counted apart
+            # from the re-checks, which would otherwise take some of its turns)
+            kind.untimed += 1
+            if kind.untimed < SAMPLE:
+                return plan
+            kind.untimed = 0
         warm_up = kind.cold(plan)
         if warm_up:
             self._warmed.add((plan, kind.dtype, kind.bucket))
