@@ -152,3 +152,32 @@ def test_autocheck_times_auto_beside_every_plan(comm, tmp_path, monkeypatch, cap
                 assert len(ran) == size["paired_calls"][mode]
                 assert set(ran) <= every | {"model"}
         assert "auto/best paired" in capsys.readouterr().out
+
+
+def test_online_autocheck_keeps_what_each_kind_learned(comm, tmp_path, monkeypatch):
+    """--online: each size's JSON holds each kind's tuning after its learning and at the
+    end (times, estimates, tries, dropped, the plan settled on), what a miss is read from."""
+    if comm.size < 2:
+        pytest.skip("one rank has nothing to tune")
+    from zipcoll.collectives.planning import tuning
+
+    for name in ("SCREEN_SECONDS", "ROUND_SECONDS", "PAIR_SECONDS"):
+        monkeypatch.setattr(autocheck, name, 0.002)
+    path = comm.bcast(str(tmp_path / "online.json"), root=0)
+    assert autocheck.main(["-m", "64K:64K", "--codec", "int8", "--rounds", "1", "--online",
+                           "--learn-calls", "12", "--json", path]) == 0
+    comm.Barrier()
+    if comm.rank != 0:
+        return
+    size = json.load(open(path))["sizes"][0]
+    for mode in ("lossless", "int8"):
+        learned, end = size["tuning"][mode]["learned"], size["tuning"][mode]["end"]
+        assert set(learned["plans"]) == set(end["plans"])  # the kind's candidates
+        assert end["calls"] >= learned["calls"] + size["paired_calls"][mode]
+        assert end["settled"] in end["plans"] and not end["plans"][end["settled"]]["dropped"]
+        for state in (learned, end):
+            for plan in state["plans"].values():
+                assert len(plan["ms"]) <= tuning.KEEP
+                if plan["ms"]:  # the estimate is the lower median of the times kept
+                    assert plan["estimate_ms"] == sorted(plan["ms"])[(len(plan["ms"]) - 1) // 2]
+        assert set(size["auto_ran"][mode]) <= set(end["plans"])

@@ -47,7 +47,7 @@ import random
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -89,6 +89,8 @@ class SizeResult:
     paired_ms: dict = field(default_factory=dict)   # mode -> label -> each call's ms there
     auto_ran: dict = field(default_factory=dict)    # mode -> the plan each of auto's calls
                                                     # there ran (its tuning's choice)
+    tuning: dict = field(default_factory=dict)      # --online: mode -> "learned" / "end" ->
+                                                    # its kind's state then (`tuning_state`)
 
     def best(self, labels: list[str]) -> tuple[str, float]:
         """The fastest of `labels` in the rounds (a screening time only where none of them
@@ -206,6 +208,31 @@ def time_paired(nbytes: int, result: SizeResult, plans: list[PlanShape],
                                capped_means(result.paired_ms[mode]).items()}
         result.paired_calls[mode] = turns
         result.auto_ran[mode] = ran
+
+
+def tuning_state(kind: Any) -> dict | None:
+    """What a kind's online tuning holds now: the plan settled on and the best, whether it
+    learns or duels, its calls and re-checks, and per candidate its kept times (ms), its
+    estimate, its tries and whether it is dropped; None where the kind is not tuned."""
+    if kind is None:
+        return None
+    shown = kind.best()
+    return {"settled": label(kind.settled) if kind.settled else None,
+            "best": label(shown) if shown else None, "learning": kind.learning,
+            "dueling": kind.dueling, "calls": kind.calls, "rechecks": kind.rechecks,
+            "plans": {label(p): {"ms": [round(t * 1e3, 4) for t in kind.times.get(p, [])],
+                                 "estimate_ms": (None if kind.estimate(p) is None
+                                                 else round(kind.estimate(p) * 1e3, 4)),
+                                 "tries": kind.tries.get(p, 0), "dropped": p in kind.dropped}
+                      for p in kind.candidates}}
+
+
+def tuning_states(nbytes: int, codec: str | None, comm: MPI.Intracomm) -> dict:
+    """`tuning_state` of each mode's kind at ``nbytes`` (lossless, and with ``codec``)."""
+    tuner, topology = context_for(comm).tuner, context_for(comm).topology
+    return {mode: tuning_state(tuner.kinds.get(key_of(nbytes, "float32", "sum", allowed,
+                                                      topology, True)))
+            for mode, allowed in [("lossless", None)] + ([(codec, codec)] if codec else [])}
 
 
 def capped_means(calls: dict[str, list[float]]) -> dict[str, float]:
@@ -358,11 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     results, rows = [], []
     for nbytes in message_sizes(*parse_range(args.message_size, default_min=8)):
         tuned = learn(nbytes, autos, args.learn_calls, comm) if args.online else {}
+        learned = tuning_states(nbytes, args.codec, comm)
         picks = auto_picks(nbytes, topology, args.codec, comm)
         result = measure_size(nbytes, plans, autos, args.rounds, comm, tuple(picks.values()))
         result.picks = picks
         time_paired(nbytes, result, plans, autos, args.codec, comm)
         result.tuned = tuned
+        if args.online:
+            result.tuning = {mode: {"learned": state, "end": end} for (mode, state), end
+                             in zip(learned.items(), tuning_states(nbytes, args.codec,
+                                                                   comm).values())}
         result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec,
                                                                      topology)}
         results.append(result)
