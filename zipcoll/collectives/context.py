@@ -94,13 +94,15 @@ class Context:
     @property
     def selector(self) -> Selector:
         """algorithm="auto"'s cost model, with rank 0's profile (collective on first use)."""
-        self._ensure()
+        if self._selector is None:  # asked several times a call: one test once prepared
+            self._ensure()
         return self._selector
 
     @property
     def topology(self) -> Topology:
         """The communicator's nodes (collective on first use)."""
-        self._ensure()
+        if self._topology is None:
+            self._ensure()
         return self._topology
 
     def layout(self, topology: Topology | None) -> Topology:

@@ -32,6 +32,13 @@ class Shape:
     nodes: int
     per_node: int  # ranks per node; on a non-uniform topology the largest node's
 
+    def __post_init__(self) -> None:
+        # a kind of call's key holds its shape, looked up on every auto call: hashed once
+        object.__setattr__(self, "_hash", hash((self.size, self.nodes, self.per_node)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     @property
     def uniform(self) -> bool:
         return self.nodes * self.per_node == self.size
