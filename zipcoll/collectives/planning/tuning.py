@@ -286,6 +286,19 @@ class Kind:
             self._refresh()
         return plan
 
+    def untimed_call(self, plan: PlanShape) -> bool:
+        """Whether a call of `plan` (just chosen) goes untimed: the settled best's short
+        calls, but for one in SAMPLE of them (counted apart from the re-checks, which
+        would otherwise take some of its turns)."""
+        if (self._learning or self._duel is not None or plan != self._best
+                or self._estimates[plan] >= TIME_ALL):
+            return False
+        self.untimed += 1
+        if self.untimed < SAMPLE:
+            return True
+        self.untimed = 0
+        return False
+
     def _due(self, plan: PlanShape) -> int:
         """`plan`'s duel calls: times learned since it began, and calls in flight."""
         return self._in_duel(plan) + self.pending.get(plan, 0)
@@ -451,14 +464,8 @@ class Tuner:
         if kind is None:
             return None
         plan = kind.choose()
-        if (not kind.learning and not kind.dueling and plan == kind.best()
-                and kind.estimate(plan) < TIME_ALL):
-            # settled, short calls: one of the best's in SAMPLE is timed (counted apart
-            # from the re-checks, which would otherwise take some of its turns)
-            kind.untimed += 1
-            if kind.untimed < SAMPLE:
-                return plan
-            kind.untimed = 0
+        if kind.untimed_call(plan):
+            return plan
         warm_up = kind.cold(plan)
         if warm_up:
             self._warmed.add((plan, kind.dtype, kind.bucket))
