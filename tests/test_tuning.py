@@ -239,8 +239,10 @@ def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     def turned_slow(plan):
         return 40e-3 if plan == target and next(count) % 3 else base[plan]
 
-    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 20, turned_slow)
-    # (one re-check between; then the two in turn, CONFIRM calls each)
+    # its median turns slow within KEEP calls; one re-check between; then the two in
+    # turn, CONFIRM calls each
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, tuning.KEEP + 2 * tuning.CONFIRM + 6,
+                            turned_slow)
     assert ran[0] == target and ran[-4:] == [runner_up] * 4, ran
 
 
@@ -540,8 +542,8 @@ def test_a_runner_up_takes_over_only_on_calls_run_in_turn_with_the_best():
         return 9e-3 if plan == other else seconds(plan)
 
     # its re-checks (one in RECHECK calls, the runner-ups in turn) move its median past
-    # the duel's three times, then a duel
-    rounds = 3 * len(kind.alive()) * tuning.RECHECK
+    # the duel's CONFIRM times, then a duel
+    rounds = tuning.CONFIRM * len(kind.alive()) * tuning.RECHECK
     ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, rounds, faster)
     assert kind.settled == other and ran[-1] == other
 

@@ -88,7 +88,10 @@ TRIALS = 2     # timed calls of a candidate (not dropped) before the fastest is 
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
 SWITCH = 1.03  # once settled, another candidate takes over only when this much faster,
-CONFIRM = 3    # over this many calls run in turn with the one settled on (a duel)
+CONFIRM = 6    # over this many calls run in turn with the one settled on (a duel): with
+               # calls that vary 15% and one in ten stalled 2x, a runner-up 20% slower
+               # wins 4% of duels of six calls each, 11% of three
+               # (benchmarks/results/autocheck-online/overhead/duel_odds.py)
 RECHECK = 32   # once settled, one call in RECHECK runs a runner-up (in turn)
 SAMPLE = 16    # once settled, one call of the best in SAMPLE is timed where calls are short:
                # a timed call's bookkeeping (its time in the next agreement, the learning)
