@@ -578,3 +578,24 @@ def test_two_plans_that_cost_the_same_do_not_trade_places_once_settled():
 
     ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, 4 * tuning.RECHECK, faster)
     assert kind.best() == other and kind.settled == other and ran[-1] == other
+
+
+def test_a_time_every_rank_had_leaves_the_later_agreements():
+    """A call's time rides in the agreements after it only until every rank has it: a
+    blocking call's time in the very next one, then zeros again (the agreement's vector
+    unchanged, no new one to post), while a time some rank lacked stays in its slot."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    tuner.measure = lambda plan, seconds: seconds
+    assert tuner.decide(0, KEY, DEFAULT_PROFILE, 4 << 20) in kind.candidates
+    tuner.done(0)
+    tuner.finished(0, 2e-3)  # its warm-up: timed, carried, not learned
+    assert tuner.slots(1)[:2] == [2000, -2000]
+    tuner.learn(1, agreed([tuner.slots(1)]))  # every rank had it
+    assert tuner.slots(2) == [0] * SLOTS
+    assert tuner.decide(1, KEY, DEFAULT_PROFILE, 4 << 20) in kind.candidates
+    tuner.done(1)
+    tuner.finished(1, 3e-3)
+    others = [0] * SLOTS  # another rank has not finished call 1 yet
+    tuner.learn(2, agreed([tuner.slots(2), others]))
+    assert tuner.slots(3)[2:4] == [3000, -3000]  # call 1 is two back from call 3
