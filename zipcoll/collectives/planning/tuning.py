@@ -104,12 +104,12 @@ WINDOW = 4     # a call's time rides in the agreements of the WINDOW calls after
 SLOTS = 2 * WINDOW  # numbers the agreement carries: (t, -t) per call, microseconds, 0: not done
 
 log = logging.getLogger("zipcoll.tuning")
+_UNKNOWN = object()  # a kind not met yet (None: a kind met, with nothing to tune)
 
 
 def _lower_median(times: list[float]) -> float:
     """statistics.median_low of a few floats, without its checks (every timed call's)."""
     return sorted(times)[(len(times) - 1) // 2]
-_UNKNOWN = object()  # a kind not met yet (None: a kind met, with nothing to tune)
 
 
 @dataclass
@@ -415,7 +415,7 @@ class Tuner:
             if back <= WINDOW:
                 slowest, fastest = int(highs[2 * back - 2]), -int(highs[2 * back - 1])
                 if fastest <= 0:  # some rank had not finished it: a later agreement may
-                    if back < WINDOW:
+                    if back < WINDOW:  # carry it
                         continue
                     del self._ran[old]  # out of the window after this one: lost
                     if not ran.warm_up:
@@ -427,7 +427,7 @@ class Tuner:
                 if not ran.warm_up:  # a warm-up's time is not the plan's
                     ran.kind.pending[ran.plan] -= 1
                     ran.kind.learn(ran.plan, slowest * 1e-6, ran.nbytes)
-            else:  # past the window (a call that never ran its agreement's turn here)
+            else:  # past the window: no agreement in it read the time
                 del self._ran[old]
                 if not ran.warm_up:
                     ran.kind.pending[ran.plan] -= 1
