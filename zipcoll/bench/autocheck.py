@@ -229,7 +229,8 @@ def tuning_state(kind: Any) -> dict | None:
 
 def tuning_states(nbytes: int, codec: str | None, comm: MPI.Intracomm) -> dict:
     """`tuning_state` of each mode's kind at ``nbytes`` (lossless, and with ``codec``)."""
-    tuner, topology = context_for(comm).tuner, context_for(comm).topology
+    ctx = context_for(comm)
+    tuner, topology = ctx.tuner, ctx.topology
     return {mode: tuning_state(tuner.kinds.get(key_of(nbytes, "float32", "sum", allowed,
                                                       topology, True)))
             for mode, allowed in [("lossless", None)] + ([(codec, codec)] if codec else [])}
@@ -385,16 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     results, rows = [], []
     for nbytes in message_sizes(*parse_range(args.message_size, default_min=8)):
         tuned = learn(nbytes, autos, args.learn_calls, comm) if args.online else {}
-        learned = tuning_states(nbytes, args.codec, comm)
+        learned = tuning_states(nbytes, args.codec, comm) if args.online else {}
         picks = auto_picks(nbytes, topology, args.codec, comm)
         result = measure_size(nbytes, plans, autos, args.rounds, comm, tuple(picks.values()))
         result.picks = picks
         time_paired(nbytes, result, plans, autos, args.codec, comm)
         result.tuned = tuned
         if args.online:
-            result.tuning = {mode: {"learned": state, "end": end} for (mode, state), end
-                             in zip(learned.items(), tuning_states(nbytes, args.codec,
-                                                                   comm).values())}
+            result.tuning = {mode: {"learned": learned[mode], "end": end}
+                             for mode, end in tuning_states(nbytes, args.codec, comm).items()}
         result.predicted = {label(p): s for s, p in explain(nbytes, comm, args.codec,
                                                                      topology)}
         results.append(result)

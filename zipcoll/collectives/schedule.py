@@ -16,9 +16,8 @@ Steps = Generator[list, None, None]
 
 @functools.lru_cache(maxsize=256)
 def chunk_bounds(count: int, parts: int) -> tuple[tuple[int, int], ...]:
-    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1,
-    the larger ones first (so the first is the largest). Cached: a call like the last
-    one splits alike."""
+    """Split range(count) into `parts` contiguous pieces whose sizes differ by at most 1
+    (cached: a call like the last one splits alike)."""
     base, extra = divmod(count, parts)
     bounds, start = [], 0
     for i in range(parts):

@@ -411,27 +411,19 @@ class Tuner:
             back = turn - old
             if back <= 0:
                 break
-            ran = self._ran[old]
-            if back <= WINDOW:
-                slowest, fastest = int(highs[2 * back - 2]), -int(highs[2 * back - 1])
-                if fastest <= 0:  # some rank had not finished it: a later agreement may
-                    if back < WINDOW:  # carry it
-                        continue
-                    del self._ran[old]  # out of the window after this one: lost
-                    if not ran.warm_up:
-                        ran.kind.pending[ran.plan] -= 1
-                        ran.kind.lost()
-                    continue
-                del self._ran[old]  # every rank had finished it: no later agreement needs it
-                self._took.pop(old, None)
-                if not ran.warm_up:  # a warm-up's time is not the plan's
-                    ran.kind.pending[ran.plan] -= 1
-                    ran.kind.learn(ran.plan, slowest * 1e-6, ran.nbytes)
-            else:  # past the window: no agreement in it read the time
-                del self._ran[old]
-                if not ran.warm_up:
-                    ran.kind.pending[ran.plan] -= 1
-                    ran.kind.lost()
+            every = back <= WINDOW and -int(highs[2 * back - 1]) > 0  # every rank had it
+            if not every and back < WINDOW:
+                continue  # some rank had not finished it: a later agreement may carry it
+            ran = self._ran.pop(old)  # learned, or out of the window: lost
+            if every:
+                self._took.pop(old, None)  # no later agreement needs it
+            if ran.warm_up:  # a warm-up's time is not the plan's
+                continue
+            ran.kind.pending[ran.plan] -= 1
+            if every:
+                ran.kind.learn(ran.plan, int(highs[2 * back - 2]) * 1e-6, ran.nbytes)
+            else:
+                ran.kind.lost()
 
     def done(self, turn: int) -> None:
         """Call `turn`'s agreement is read, or it has none (idempotent)."""
