@@ -18,8 +18,10 @@ runner-up, so a changed machine or network is noticed (another plan takes over o
 faster runs in turn with it until each has ``CONFIRM`` times from those calls, which
 alone then decide, since the luckiest of several runner-ups' re-checks is no evidence,
 nor are times from before the machine changed). A candidate more than
-``DROP`` x the best so far is dropped after its first timed call, for good (and so is a
-best that becomes that slow). Once settled, a plan is dropped only on a time of its own:
+``DROP_AT_ONCE`` x the best so far is dropped after its first timed call, for good; one
+more than ``DROP`` x after its second, if its better time is (one call in several stalls
+2-3x on a shared machine, and the fastest plan must not go on one stall); and so is a
+best that becomes that slow. Once settled, a plan is dropped only on a time of its own:
 where its latest and its estimate both are over ``DROP`` x the best's (a runner-up's
 older times may be from before the machine changed).
 
@@ -87,6 +89,8 @@ LEARNABLE = 7  # a lossless kind's candidates: each a warm-up and TRIALS timed c
 TRIALS = 2     # timed calls of a candidate (not dropped) before the fastest is settled on
 TRIES = 6      # calls of a candidate whose times keep getting lost (in flight) before it is judged
 DROP = 2.0     # a candidate this much slower than the best so far is dropped
+DROP_AT_ONCE = 3.0  # while learning: after its first timed call only where this much
+                    # slower (a stalled call on this machine's emulated links takes 2-3x)
 SWITCH = 1.03  # once settled, another candidate takes over only when this much faster,
 CONFIRM = 6    # over this many calls run in turn with the one settled on (a duel): with
                # calls that vary 15% and one in ten stalled 2x, a runner-up 20% slower
@@ -197,8 +201,9 @@ class Kind:
 
     def _trial_due(self, plan: PlanShape, counted: int) -> bool:
         """Whether `plan`, with `counted` times, is owed another trial: short of TRIALS
-        and tries left. A plan within DROP of the best gets its second whatever its first
-        took: on a shared machine one call in several stalls (2-3x on the emulated link)."""
+        and tries left. A plan within DROP_AT_ONCE of the best gets its second whatever
+        its first took: on a shared machine one call in several stalls (2-3x on the
+        emulated link)."""
         return counted < TRIALS and self.tries.get(plan, 0) < TRIES
 
     def _timed_or_due(self, plan: PlanShape) -> int:
@@ -337,13 +342,17 @@ class Kind:
                 break
             estimate = self.estimate(c) if only is None else min(self.estimate(c), latest)
             exhausted = estimate is None and self.tries.get(c, 0) >= TRIES and not self.pending.get(c)
-            if exhausted or best is not None and estimate is not None and estimate > DROP * self.estimate(best):
+            # while learning, a plan owed its second trial is judged on its first time
+            # only where that is far beyond a stall
+            limit = (DROP_AT_ONCE if only is None and self._trial_due(c, len(self.times.get(c, ())))
+                     else DROP)
+            if exhausted or best is not None and estimate is not None and estimate > limit * self.estimate(best):
                 self.dropped.append(c)
                 self._alive.remove(c)
                 if self.loud:
                     log.info("auto %s: dropped %s (%s)", self.label, c,
                              "its times never reached every rank" if exhausted else
-                             f"{estimate * 1e3:.3f} ms, over {DROP:g}x {best}'s "
+                             f"{estimate * 1e3:.3f} ms, over {limit:g}x {best}'s "
                              f"{self.estimate(best) * 1e3:.3f} ms")
         # again where a plan was dropped, or a duel ended (another may begin): else the
         # state is as the first refresh left it
