@@ -139,6 +139,37 @@ def test_first_size_warms_up_before_the_probe():
     assert calls == {"native": 3, "ours": 3}  # the probe only
 
 
+def test_two_calls_are_timed_in_turn_so_a_slowdown_weighs_on_both(monkeypatch):
+    """native and zipcoll alternate every IN_TURN calls: on a machine that turns 3x slower
+    halfway through the run, their ratio is still their calls' (2x), where timing one
+    after the other would read 6x."""
+    from mpi4py import MPI
+    clock = {"now": 0.0, "calls": 0}
+    iterations = 2 * timing.IN_TURN
+    order = []
+
+    def call(name, seconds):
+        def run():
+            clock["calls"] += 1
+            slow = 3 if clock["calls"] > iterations else 1  # the second half of 2 x iterations
+            clock["now"] += seconds * slow
+            order.append(name)
+        return run
+
+    class Clock:  # MPI's clock for this test only; the communicator stays MPI's own
+        Wtime = staticmethod(lambda: clock["now"])
+
+    monkeypatch.setattr(timing, "MPI", Clock)
+    a, b = timing.time_in_turn([call("a", 1.0), call("b", 2.0)], iterations, MPI.COMM_SELF)
+    assert order == (["a"] * timing.IN_TURN + ["b"] * timing.IN_TURN) * 2
+    assert (a, b) == (2.0, 4.0)
+    clock.update(now=0.0, calls=0)
+    order.clear()
+    odd = timing.time_in_turn([call("a", 1.0), call("b", 2.0)], timing.IN_TURN + 3, MPI.COMM_SELF)
+    assert order == ["a"] * timing.IN_TURN + ["b"] * timing.IN_TURN + ["a"] * 3 + ["b"] * 3
+    assert len(odd) == 2
+
+
 def test_auto_learns_untimed_before_its_timed_calls(tmp_path):
     """--learn-calls: auto's first calls at each size run untimed (its online tuning), their
     time goes to learning_us, and the timed calls' plans are counted after them."""

@@ -111,8 +111,9 @@ class Bench:
         count = size // self.dtype.itemsize
         send, native_out, ours_out, native, ours = self.calls(count)
         iterations, warmup = timing.iteration_counts(size, self.args.iterations, self.args.warmup)
-        t_native = timing.time_per_call(native, iterations, warmup, self.comm)
-        t_ours = timing.time_per_call(ours, iterations, warmup, self.comm)
+        timing.time_per_call(native, 0, warmup, self.comm)
+        timing.time_per_call(ours, 0, warmup, self.comm)
+        t_native, t_ours = timing.time_in_turn([native, ours], iterations, self.comm)
         whole = size if self.kind == "reduce-scatter" else size * self.p
         wire = None if self.codec is None else int(self.codec.wire_bytes(count, self.dtype))
         row = Row(size, count, iterations, warmup, timing.across_ranks(t_ours, self.comm),
@@ -185,7 +186,8 @@ def header_lines(bench: Bench) -> list[str]:
         f"dtype: {bench.dtype.name}" + (f", op: {bench.op}" if bench.kind == "reduce-scatter"
                                         else ""),
         f"# MPI: {mpi_library()}; native = MPI's {KINDS[bench.kind]}, same buffers, same run",
-        f"# Timing: {timing.TIMING_METHOD}; native then zipcoll at each size",
+        f"# Timing: {timing.TIMING_METHOD}; at each size native's warm-up, then zipcoll's, "
+        f"then the two in turn, {timing.IN_TURN} calls each",
         "# Size: " + ("bytes of each rank's input (p equal blocks)" if bench.kind ==
                       "reduce-scatter" else "bytes each rank sends")
         + "; algbw = S/time, S the whole vector; busbw = algbw*(p-1)/p (nccl-tests)",

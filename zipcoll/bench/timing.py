@@ -17,6 +17,7 @@ from mpi4py import MPI
 TIMING_METHOD = (
     "OSU's: MPI.Wtime around each call only, a barrier before each iteration outside "
     "the timed region, warm-up excluded; per-rank average, then Avg/Min/Max across ranks")
+IN_TURN = 10  # calls per block where two calls are timed in turn (`time_in_turn`)
 
 # OSU's defaults: 1000 iterations + 100 warm-up up to 8 KiB, 100 + 10 above.
 LARGE_MESSAGE = 8192
@@ -76,6 +77,22 @@ def time_per_call(call: Callable[[], object], iterations: int, warmup: int,
         if i >= warmup:
             total += elapsed
     return total / max(iterations, 1)
+
+
+def time_in_turn(calls: list[Callable[[], object]], iterations: int,
+                 comm: MPI.Comm) -> list[float]:
+    """Each call's average seconds on this rank, OSU's way (`time_per_call`, warm-ups
+    already run), the calls timed in turn in blocks of IN_TURN, so a machine whose speed
+    drifts during the run (a shared one's does, within seconds) weighs on each alike and
+    their ratio is the calls', not the moments they were timed at."""
+    totals = [0.0] * len(calls)
+    done = 0
+    while done < iterations:
+        block = min(IN_TURN, iterations - done)
+        for i, call in enumerate(calls):
+            totals[i] += time_per_call(call, block, 0, comm) * block
+        done += block
+    return [total / max(iterations, 1) for total in totals]
 
 
 @dataclass
