@@ -225,7 +225,8 @@ def one_rank_calls(tuner, key, nbytes, turn, calls, seconds):
 
 def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     """Once settled, a best of 1 ms or more is timed on every call: one whose calls turn
-    slow two in three is left once its lower median of KEEP is slow, within a few calls
+    slow two in three is left once its lower median of KEEP is slow and the runner-up's
+    next re-check confirms it faster now, within a few calls and one re-check's turn
     (timed one call in SAMPLE, it would take SAMPLE x as many)."""
     tuner = Tuner()
     kind = tuner.kind(KEY, DEFAULT_PROFILE)
@@ -239,11 +240,39 @@ def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     def turned_slow(plan):
         return 40e-3 if plan == target and next(count) % 3 else base[plan]
 
-    # its median turns slow within KEEP calls; one re-check between; then the two in
-    # turn, CONFIRM calls each
-    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, tuning.KEEP + 2 * tuning.CONFIRM + 6,
-                            turned_slow)
+    # its median turns slow within KEEP calls; the runner-up's times are the learning's:
+    # it is the next re-check (within RECHECK calls), whose time starts a duel: the two
+    # in turn, CONFIRM calls each
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn,
+                            tuning.KEEP + tuning.RECHECK + 2 * tuning.CONFIRM + 6, turned_slow)
     assert ran[0] == target and ran[-4:] == [runner_up] * 4, ran
+    assert ran.count(target) <= tuning.KEEP + tuning.RECHECK + tuning.CONFIRM + 2, ran
+
+
+def test_a_machine_turned_slow_starts_no_duel_on_a_runner_ups_old_times():
+    """The machine turns 2x slower for every plan: the settled best's estimate rises past
+    the runner-up's, which is from the learning, long before. No duel on that (its calls
+    would be lost on a plan no faster now): the runner-up is re-checked next, and its
+    time now, no faster than the best's, starts none."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    target, runner_up = kind.candidates[-1], kind.candidates[-2]
+    base = {p: 15e-3 for p in kind.candidates}
+    base[target], base[runner_up] = 10e-3, 11e-3
+    _, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 3 * tuning.RECHECK, base.get)
+    assert not kind.learning and kind.best() == target
+    slow = {p: 2 * t for p, t in base.items()}
+    duels = []
+
+    def timed(plan):
+        duels.append(kind.dueling)
+        return slow[plan]
+
+    calls = 4 * tuning.RECHECK
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, calls, timed)
+    assert not any(duels) and kind.best() == target, ran
+    assert ran.count(target) >= calls - calls // tuning.RECHECK, ran
+    assert runner_up in ran  # re-checked: the first re-check after the slow-down is its
 
 
 def test_once_settled_a_machine_turned_faster_drops_no_runner_up_on_its_old_times():

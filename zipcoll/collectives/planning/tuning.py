@@ -15,9 +15,10 @@ plan's later ones. Then the fastest runs, timed on every call where its calls ta
 ``TIME_ALL`` or more (else one in ``SAMPLE``), and one call in ``RECHECK`` runs a
 runner-up, so a changed machine or network is noticed (another plan takes over once
 ``SWITCH`` x faster than the one settled on in a duel: a runner-up that looks that much
-faster runs in turn with it until each has ``CONFIRM`` times from those calls, which
-alone then decide, since the luckiest of several runner-ups' re-checks is no evidence,
-nor are times from before the machine changed). A candidate more than
+faster, by its estimate and by its latest time, from its latest ``RECHECK`` calls (else
+it is the next re-check), runs in turn with it until each has ``CONFIRM`` times from
+those calls, which alone then decide, since the luckiest of several runner-ups'
+re-checks is no evidence, nor are times from before the machine changed). A candidate more than
 ``DROP_AT_ONCE`` x the best so far is dropped after its first timed call, for good; one
 more than ``DROP`` x after its second, if its better time is (one call in several stalls
 2-3x on a shared machine, and the fastest plan must not go on one stall); and so is a
@@ -154,6 +155,11 @@ class Kind:
         # the one settled on and a runner-up that looks faster, run in turn: each plan's
         # count of times learned when the duel began
         self._duel: dict[PlanShape, int] | None = None
+        # a runner-up faster than the one settled on by its estimate, not its latest time:
+        # the next re-check's (`_challenge`)
+        self._suspect: PlanShape | None = None
+        # the kind's calls when a plan's latest time came (none: a profile's)
+        self._timed_at: dict[PlanShape, int] = {}
         if self.resumed:
             self._learning = False
 
@@ -223,16 +229,35 @@ class Kind:
         # settled on until another is clearly faster, on calls run in turn with it (their
         # older times may be from another state of the machine, and one lucky re-check is
         # the fastest of several runner-ups' noisy draws)
+        self._suspect = None
         if self._duel is not None:
             best = self._after_duel(held, best)
         elif best is not None and held is not None and held != best and held in self._alive:
-            if self._estimates[held] > SWITCH * self._estimates[best]:
-                self._duel = {held: self._learned[held], best: self._learned[best]}
+            self._challenge(held, timed)
             best = held
         self._best = best
         if self._learning:
             self._learning = any(self.cold(c) or self._trial_due(c, len(self.times.get(c, ())))
                                  for c in self._alive)
+
+    def _challenge(self, held: PlanShape, timed: list[tuple[float, int, PlanShape]]) -> None:
+        """A duel with the runner-up whose estimate and latest time both are SWITCH x under
+        the estimate of the one settled on, that time from its latest RECHECK calls: a
+        time of its own from the state of the machine the held's latest are from (in a
+        stretch where the machine is slow, the held's estimate rises while a runner-up's
+        stays what its trials and re-checks, long before, made it). A runner-up faster
+        only on older times is the next re-check (`_suspect`)."""
+        bar = self._estimates[held] / SWITCH
+        for estimate, _, plan in sorted(timed):
+            if estimate >= bar:
+                return
+            if plan == held:
+                continue
+            if self.times[plan][-1] < bar and self.calls - self._timed_at.get(plan, -RECHECK) < RECHECK:
+                self._duel = {held: self._learned[held], plan: self._learned[plan]}
+                return
+            if self._suspect is None:
+                self._suspect = plan
 
     def _after_duel(self, held: PlanShape | None, best: PlanShape | None) -> PlanShape | None:
         """While the duel lasts, the plan settled on. Once each of the two has CONFIRM times
@@ -288,7 +313,8 @@ class Kind:
                     plan = runner_up
             elif not self._learning and others and self.calls % RECHECK == 0:
                 self.rechecks += 1
-                plan = [c for c in self._alive if c != plan][(self.rechecks - 1) % others]
+                plan = self._suspect or [c for c in self._alive
+                                         if c != plan][(self.rechecks - 1) % others]
         self.tries[plan] = self.tries.get(plan, 0) + 1
         if self._learning:
             self._refresh()
@@ -320,6 +346,7 @@ class Kind:
         runner-up for good on times from before the change, though one of them is faster
         now; and one stalled re-check must not condemn a plan either."""
         self._learned[plan] = self._learned.get(plan, 0) + 1
+        self._timed_at[plan] = self.calls
         times, sizes = self.times.setdefault(plan, []), self.sizes.setdefault(plan, [])
         times.append(seconds)
         sizes.append(nbytes)
