@@ -47,10 +47,12 @@ that run the same steps on the layout counted once (`_distinct`): the model's
 with a codec allowed the model's ``CODED`` best that carry it and those it prices within
 ``TIE`` of their best, up to ``TIED`` (`_leading`). A lossless kind (no codec that may
 pay) also tries the flat ring and the cheapest plan of each two-level schedule where
-priced within ``HEDGE`` of the best (`_hedges`), then its near ties as far as
-``LEARNABLE`` candidates
-(`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
-never a lossy codec the caller did not pass). A call started before the last
+priced within ``HEDGE`` of the best (`_hedges`), then its near ties, then the next
+plans in the model's order priced within ``HEDGE``, as far as ``LEARNABLE`` candidates
+(at small sizes the model errs by per-step costs it leaves out: MPI's own, priced first
+at 128 KiB on 2 x 2, ran 1.2x the two-level plans priced 1.6x it). All come from
+`planning.candidate_plans` of the call's own arguments: never a plan they exclude,
+never a lossy codec the caller did not pass. A call started before the last
 agreement is read may get any candidate not yet dropped (`Tuner.possible`): that set
 only shrinks as agreements are read, so what a call prepares for (MPI collectives in
 start order) covers what it runs.
@@ -683,10 +685,12 @@ def _new_kind(key: tuple, profile: Profile) -> Kind | None:
     # timed call), which 20 calls did not cover with them
     if coded:
         chosen = set([p for _, p in lossless[:LOSSLESS]] + own + _leading(coded, CODED))
-    else:  # near ties only as far as LEARNABLE leaves room after the structures' hedges
+    else:  # then near ties, then the next within HEDGE, as far as LEARNABLE leaves room
         first = list(dict.fromkeys([p for _, p in lossless[:LOSSLESS]] + own + _hedges(lossless)))
         ties = [p for p in _leading(lossless, LOSSLESS) if p not in first]
-        chosen = set(first + ties[:max(0, LEARNABLE - len(first))])
+        chosen = set(first + ties)
+        near = [p for s, p in lossless if s <= HEDGE * lossless[0][0] and p not in chosen]
+        chosen = set(first + (ties + near)[:max(0, LEARNABLE - len(first))])
     candidates = [p for _, p in ranked if p in chosen]  # model order
     if len(candidates) < 2:
         return None
