@@ -275,6 +275,26 @@ def test_a_machine_turned_slow_starts_no_duel_on_a_runner_ups_old_times():
     assert runner_up in ran  # re-checked: the first re-check after the slow-down is its
 
 
+def test_a_runner_up_fast_again_on_two_re_checks_in_a_row_duels_whatever_its_old_times():
+    """A runner-up slow for a stretch holds only slow times; then it turns faster than the
+    best. Its estimate would take KEEP re-checks to show it: two fast re-checks in a row
+    (the second asked for at once, at the next re-check) start the duel, and it takes
+    over."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    target, runner_up = kind.candidates[-1], kind.candidates[-2]
+    seconds = {p: 25e-3 for p in kind.candidates}  # over DROP x the best: dropped
+    seconds[target], seconds[runner_up] = 10e-3, 19e-3
+    _, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, (tuning.KEEP + 2) * tuning.RECHECK,
+                             seconds.get)
+    assert kind.alive() == [runner_up, target] and kind.best() == target, kind.alive()
+    assert kind.times[runner_up] == [19e-3] * tuning.KEEP
+    seconds[runner_up] = 8e-3
+    calls = 2 * tuning.RECHECK + 2 * tuning.CONFIRM + 8
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, calls, seconds.get)
+    assert kind.best() == runner_up and ran[-1] == runner_up, ran
+
+
 def test_once_settled_a_machine_turned_faster_drops_no_runner_up_on_its_old_times():
     """On one node of 4 ranks at 256 KiB the learning timed MPI's own Allreduce at 0.64 ms
     and a torus plan at 0.55 ms; then the machine turned faster (its shared-memory calls

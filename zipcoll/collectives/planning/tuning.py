@@ -234,7 +234,7 @@ class Kind:
         self._suspect = None
         if self._duel is not None:
             best = self._after_duel(held, best)
-        elif best is not None and held is not None and held != best and held in self._alive:
+        elif held is not None and held in self._alive:
             self._challenge(held, timed)
             best = held
         self._best = best
@@ -243,19 +243,21 @@ class Kind:
                                  for c in self._alive)
 
     def _challenge(self, held: PlanShape, timed: list[tuple[float, int, PlanShape]]) -> None:
-        """A duel with the runner-up whose estimate and latest time both are SWITCH x under
-        the estimate of the one settled on, that time from its latest RECHECK calls: a
-        time of its own from the state of the machine the held's latest are from (in a
-        stretch where the machine is slow, the held's estimate rises while a runner-up's
-        stays what its trials and re-checks, long before, made it). A runner-up faster
-        only on older times is the next re-check (`_suspect`)."""
+        """A duel with the runner-up whose latest time is SWITCH x under the estimate of
+        the one settled on, that time from the kind's latest RECHECK calls (from the state
+        of the machine the held's latest are from: in a stretch where the machine is
+        slow, the held's estimate rises while a runner-up's stays what its trials and
+        re-checks, long before, made it), and so is its estimate or the time before
+        (two re-checks in a row: its estimate may hold times of a stretch that has
+        passed). A runner-up faster by one of them only is the next re-check
+        (`_suspect`)."""
         bar = self._estimates[held] / SWITCH
         for estimate, _, plan in sorted(timed):
-            if estimate >= bar:
-                return
-            if plan == held:
+            latest = self.times[plan][-1]
+            if plan == held or estimate >= bar and latest >= bar:
                 continue
-            if self.times[plan][-1] < bar and self.calls - self._timed_at.get(plan, -RECHECK) < RECHECK:
+            fresh = self.calls - self._timed_at.get(plan, -RECHECK) < RECHECK
+            if fresh and latest < bar and (estimate < bar or max(self.times[plan][-2:]) < bar):
                 self._duel = {held: self._learned[held], plan: self._learned[plan]}
                 return
             if self._suspect is None:
