@@ -225,7 +225,7 @@ def one_rank_calls(tuner, key, nbytes, turn, calls, seconds):
 
 def test_a_best_whose_calls_turn_slow_is_left_within_a_few_calls():
     """Once settled, a best of 1 ms or more is timed on every call: one whose calls turn
-    slow two in three is left once its lower median of KEEP is slow and the runner-up's
+    slow two in three is left once its estimate of KEEP is slow and the runner-up's
     next re-check confirms it faster now, within a few calls and one re-check's turn
     (timed one call in SAMPLE, it would take SAMPLE x as many)."""
     tuner = Tuner()
@@ -302,7 +302,7 @@ def test_once_settled_a_machine_turned_faster_drops_no_runner_up_on_its_old_time
     plan's estimate, from its latest calls, is soon under half MPI's own, whose times are
     still the learning's: MPI's own must not be dropped for good on those; its re-checks
     show it faster, and it takes over. A runner-up whose re-checks stay over DROP x the
-    best is dropped once they make up its estimate (the lower median of its latest KEEP)."""
+    best is dropped once they make up its estimate (of its latest KEEP)."""
     one_node = Topology.from_layout(4, 0, ranks_per_node=4)
     key = key_of(256 << 10, "float32", "sum", None, one_node, True)
     tuner = Tuner()
