@@ -3,9 +3,10 @@
     mpiexec -n 2 zipcoll-bench allreduce -m 4M:64M --algorithm ring -f -c
     mpiexec -n 4 python -m zipcoll.bench allreduce -m 1K:16M --algorithm tree --json out.json
 
-At each size the MPI library's Allreduce ("native") is timed first, then zipcoll's, on
-the same buffers, so both see the same machine state; speedup = native / zipcoll. Both
-are blocking calls, a barrier before each (OSU's osu_allreduce).
+At each size the MPI library's Allreduce ("native") and zipcoll's are warmed up, then
+timed in turn, ten calls each, on the same buffers, so both see the same machine state
+(a shared machine's speed drifts within seconds); speedup = native / zipcoll. Both are
+blocking calls, a barrier before each (OSU's osu_allreduce).
 Columns OSU lacks: algbw = size / time and busbw = algbw * 2(p-1)/p (nccl-tests), and
 with --codec: wire bytes of one encoded message, compression ratio, relative L2 error.
 """
@@ -186,7 +187,7 @@ class Bench:
         return [s for s in timing.message_sizes(lo, hi) if s >= itemsize]
 
     def measure(self, size: int) -> Row:
-        """Time native, then zipcoll, at one size; validate if asked."""
+        """Time native and zipcoll in turn at one size; validate if asked."""
         count = size // self.dtype.itemsize
         bufs = make_buffers(count, self.dtype, self.args.op, self.comm, self.args.seed)
         native = lambda: self.comm.Allreduce(bufs.send, bufs.native, self.op)  # noqa: E731

@@ -6,8 +6,8 @@ for one zipcoll algorithm, beside the MPI library's own collective.
 
 Size, as OSU's: reduce-scatter, the bytes of each rank's input (p equal blocks, as
 MPI_Reduce_scatter_block); all-gather, the bytes each rank sends. At each size the MPI
-library's own (Reduce_scatter_block / Allgather) is timed first, then zipcoll's, on the
-same buffers; speedup = native / zipcoll. busbw as nccl-tests defines it for these
+library's own (Reduce_scatter_block / Allgather) and zipcoll's are warmed up, then timed
+in turn, ten calls each, on the same buffers; speedup = native / zipcoll. busbw as nccl-tests defines it for these
 collectives: algbw * (p-1)/p, with algbw = S / time and S the whole vector (reduce-scatter:
 the input; all-gather: the output, p x size).
 """
