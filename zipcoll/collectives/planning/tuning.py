@@ -167,8 +167,9 @@ class Kind:
         # a runner-up faster than the one settled on by its estimate, not its latest time:
         # the next re-check's (`_challenge`)
         self._suspect: PlanShape | None = None
-        # the kind's calls when a plan's latest time came (none: a profile's)
-        self._timed_at: dict[PlanShape, int] = {}
+        # the kind's calls when a plan's latest time came, where a re-check's
+        self._rechecked_at: dict[PlanShape, int] = {}
+        self.rechecking = False  # whether the plan chosen last is a re-check
         if self.resumed:
             self._learning = False
 
@@ -252,19 +253,20 @@ class Kind:
 
     def _challenge(self, held: PlanShape, timed: list[tuple[float, int, PlanShape]]) -> None:
         """A duel with the runner-up whose latest time is SWITCH x under the estimate of
-        the one settled on, that time from the kind's latest RECHECK calls (from the state
-        of the machine the held's latest are from: in a stretch where the machine is
-        slow, the held's estimate rises while a runner-up's stays what its trials and
-        re-checks, long before, made it), and so is its estimate or the time before
-        (two re-checks in a row: its estimate may hold times of a stretch that has
-        passed). A runner-up faster by one of them only is the next re-check
+        the one settled on, that time a re-check's from the kind's latest RECHECK calls,
+        and so is its estimate or the time before (two re-checks in a row: its estimate
+        may hold times of a stretch that has passed). The time must be new evidence from
+        the state of the machine the held's latest are from: in a stretch where the
+        machine is slow, the held's estimate rises while a runner-up's stays what its
+        trials and re-checks, long before, made it; its learning's and duels' times were
+        weighed already. A runner-up faster by one of them only is the next re-check
         (`_suspect`)."""
         bar = self._estimates[held] / SWITCH
         for estimate, _, plan in sorted(timed):
             latest = self.times[plan][-1]
             if plan == held or estimate >= bar and latest >= bar:
                 continue
-            fresh = self.calls - self._timed_at.get(plan, -RECHECK) < RECHECK
+            fresh = self.calls - self._rechecked_at.get(plan, -RECHECK) < RECHECK
             if fresh and latest < bar and (estimate < bar or max(self.times[plan][-2:]) < bar):
                 self._duel = {held: self._learned[held], plan: self._learned[plan]}
                 return
@@ -311,6 +313,7 @@ class Kind:
         that one call; else the best (or, one call in RECHECK, a runner-up in turn), in
         a duel in turn with the runner-up that looks faster; then counts its try."""
         self.calls += 1
+        self.rechecking = False
         plan = None
         if self._learning:
             owed = [c for c in self._alive if self._owed(c)]
@@ -325,6 +328,7 @@ class Kind:
                     plan = runner_up
             elif not self._learning and others and self.calls % RECHECK == 0:
                 self.rechecks += 1
+                self.rechecking = True
                 plan = self._suspect or [c for c in self._alive
                                          if c != plan][(self.rechecks - 1) % others]
         self.tries[plan] = self.tries.get(plan, 0) + 1
@@ -349,7 +353,7 @@ class Kind:
         """`plan`'s duel calls: times learned since it began, and calls in flight."""
         return self._in_duel(plan) + self.pending.get(plan, 0)
 
-    def learn(self, plan: PlanShape, seconds: float, nbytes: int) -> None:
+    def learn(self, plan: PlanShape, seconds: float, nbytes: int, recheck: bool = False) -> None:
         """A call's agreed time: kept, then candidates over DROP x the best dropped: while
         learning, every one; once settled, only `plan`, where this time and its estimate
         both are. A runner-up's times are then from its trials and rare re-checks, the
@@ -358,7 +362,10 @@ class Kind:
         runner-up for good on times from before the change, though one of them is faster
         now; and one stalled re-check must not condemn a plan either."""
         self._learned[plan] = self._learned.get(plan, 0) + 1
-        self._timed_at[plan] = self.calls
+        if recheck:
+            self._rechecked_at[plan] = self.calls
+        else:
+            self._rechecked_at.pop(plan, None)
         times, sizes = self.times.setdefault(plan, []), self.sizes.setdefault(plan, [])
         times.append(seconds)
         sizes.append(nbytes)
@@ -411,6 +418,7 @@ class _Ran:
     plan: PlanShape
     nbytes: int
     warm_up: bool  # a plan's first call at its size bucket: compiles, splits, first touch
+    recheck: bool  # a runner-up's re-check (`Kind.choose`)
 
 
 class Tuner:
@@ -469,7 +477,7 @@ class Tuner:
                 continue
             ran.kind.pending[ran.plan] -= 1
             if every:
-                ran.kind.learn(ran.plan, int(highs[2 * back - 2]) * 1e-6, ran.nbytes)
+                ran.kind.learn(ran.plan, int(highs[2 * back - 2]) * 1e-6, ran.nbytes, ran.recheck)
             else:
                 ran.kind.lost()
 
@@ -514,7 +522,7 @@ class Tuner:
             self._warmed.add((plan, kind.dtype, kind.bucket))
         else:
             kind.pending[plan] = kind.pending.get(plan, 0) + 1
-        self._ran[turn] = _Ran(kind, plan, nbytes, warm_up)
+        self._ran[turn] = _Ran(kind, plan, nbytes, warm_up, kind.rechecking)
         return plan
 
     def possible(self, key: tuple, profile: Profile) -> list[PlanShape]:
