@@ -16,14 +16,14 @@ plan's later ones. Then the fastest runs, timed on every call where its calls ta
 ``TIME_ALL`` or more (else one in ``SAMPLE``), and one call in ``RECHECK`` runs a
 runner-up, so a changed machine or network is noticed (another plan takes over once
 ``SWITCH`` x faster than the one settled on in a duel: a runner-up that looks that much
-faster, by its estimate and by its latest time, from its latest ``RECHECK`` calls (else
-it is the next re-check), runs in turn with it until each has ``CONFIRM`` times from
-those calls, which alone then decide, since the luckiest of several runner-ups'
-re-checks is no evidence, nor are times from before the machine changed). A candidate more than
-``DROP_AT_ONCE`` x the best so far is dropped after its first timed call, for good; one
-more than ``DROP`` x after its second, if its better time is (one call in several stalls
-2-3x on a shared machine, and the fastest plan must not go on one stall); and so is a
-best that becomes that slow. Once settled, a plan is dropped only on a time of its own:
+faster on a re-check from the kind's latest ``RECHECK`` calls, and by its estimate or
+the re-check before (`Kind._challenge`; else it is the next re-check), runs in turn
+with it until each has ``CONFIRM`` times from those calls, which alone then decide,
+since the luckiest of several runner-ups' re-checks is no evidence, nor are times from
+before the machine changed). A candidate more than ``DROP_AT_ONCE`` x the best so far
+is dropped after its first timed call, for good; one more than ``DROP`` x after its
+second, if its better time is (one call in several stalls 2-3x on a shared machine, and
+the fastest plan must not go on one stall); and so is a best that becomes that slow. Once settled, a plan is dropped only on a time of its own:
 where its latest and its estimate both are over ``DROP`` x the best's (a runner-up's
 older times may be from before the machine changed).
 
@@ -164,8 +164,8 @@ class Kind:
         # the one settled on and a runner-up that looks faster, run in turn: each plan's
         # count of times learned when the duel began
         self._duel: dict[PlanShape, int] | None = None
-        # a runner-up faster than the one settled on by its estimate, not its latest time:
-        # the next re-check's (`_challenge`)
+        # a runner-up that looks faster than the one settled on, short of the evidence a
+        # duel needs: the next re-check's (`_challenge`)
         self._suspect: PlanShape | None = None
         # the kind's calls when a plan's latest time came, where a re-check's
         self._rechecked_at: dict[PlanShape, int] = {}
@@ -390,9 +390,10 @@ class Kind:
             exhausted = estimate is None and self.tries.get(c, 0) >= TRIES and not self.pending.get(c)
             # while learning, a plan owed its second trial is judged on its first time
             # only where that is far beyond a stall
-            limit = (DROP_AT_ONCE if only is None and self._trial_due(c, len(self.times.get(c, ())))
-                     else DROP)
-            if exhausted or best is not None and estimate is not None and estimate > limit * self.estimate(best):
+            owed = only is None and self._trial_due(c, len(self.times.get(c, ())))
+            limit = DROP_AT_ONCE if owed else DROP
+            slow = best is not None and estimate is not None and estimate > limit * self.estimate(best)
+            if exhausted or slow:
                 self.dropped.append(c)
                 self._alive.remove(c)
                 if self.loud:
