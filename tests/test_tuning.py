@@ -319,6 +319,25 @@ def test_a_duel_lost_is_fought_again_only_on_a_new_re_check():
     assert kind.settled == target
 
 
+def test_a_runner_up_slow_on_its_re_check_lets_the_next_be_re_checked():
+    """The best turns slow; two runner-ups look faster on their learning's times. The
+    first, re-checked, is slow now too (though its estimate, with its old times, still
+    looks faster): the next re-check goes to the other, faster now, which takes over,
+    not to the first again until its estimate shows it."""
+    tuner = Tuner()
+    kind = tuner.kind(KEY, DEFAULT_PROFILE)
+    target, first, second = kind.candidates[-1], kind.candidates[-2], kind.candidates[-3]
+    seconds = {p: 25e-3 for p in kind.candidates}  # over DROP x the best: dropped
+    seconds[target], seconds[first], seconds[second] = 10e-3, 10.5e-3, 10.6e-3
+    _, turn = one_rank_calls(tuner, KEY, 4 << 20, 0, 3 * len(kind.candidates) + 1, seconds.get)
+    assert set(kind.alive()) == {target, first, second} and kind.settled == target
+    seconds[target], seconds[first], seconds[second] = 14e-3, 14.5e-3, 8e-3
+    calls = 2 * tuning.RECHECK + 2 * tuning.CONFIRM + 8
+    ran, _ = one_rank_calls(tuner, KEY, 4 << 20, turn, calls, seconds.get)
+    assert kind.settled == second and ran[-1] == second, ran
+    assert ran[:ran.index(second)].count(first) == 1, ran  # once, then the other
+
+
 def test_once_settled_a_machine_turned_faster_drops_no_runner_up_on_its_old_times():
     """On one node of 4 ranks at 256 KiB the learning timed MPI's own Allreduce at 0.64 ms
     and a torus plan at 0.55 ms; then the machine turned faster (its shared-memory calls

@@ -260,7 +260,7 @@ class Kind:
         machine is slow, the held's estimate rises while a runner-up's stays what its
         trials and re-checks, long before, made it; its learning's and duels' times were
         weighed already. A runner-up faster by one of them only is the next re-check
-        (`_suspect`)."""
+        (`_suspect`), but for one whose re-check just now was not faster."""
         bar = self._estimates[held] / SWITCH
         for estimate, _, plan in sorted(timed):
             latest = self.times[plan][-1]
@@ -270,7 +270,9 @@ class Kind:
             if fresh and latest < bar and (estimate < bar or max(self.times[plan][-2:]) < bar):
                 self._duel = {held: self._learned[held], plan: self._learned[plan]}
                 return
-            if self._suspect is None:
+            # a re-check just now no faster is evidence against: the next one goes to
+            # another runner-up, not this one again
+            if self._suspect is None and (latest < bar or not fresh):
                 self._suspect = plan
 
     def _after_duel(self, held: PlanShape | None, best: PlanShape | None) -> PlanShape | None:
