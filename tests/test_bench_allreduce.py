@@ -160,12 +160,13 @@ def test_two_calls_are_timed_in_turn_so_a_slowdown_weighs_on_both(monkeypatch):
         Wtime = staticmethod(lambda: clock["now"])
 
     monkeypatch.setattr(timing, "MPI", Clock)
-    a, b = timing.time_in_turn([call("a", 1.0), call("b", 2.0)], iterations, MPI.COMM_SELF)
+    a, b = timing.time_in_turn([call("a", 1.0), call("b", 2.0)], iterations, 0, MPI.COMM_SELF)
     assert order == (["a"] * timing.IN_TURN + ["b"] * timing.IN_TURN) * 2
     assert (a, b) == (2.0, 4.0)
     clock.update(now=0.0, calls=0)
     order.clear()
-    odd = timing.time_in_turn([call("a", 1.0), call("b", 2.0)], timing.IN_TURN + 3, MPI.COMM_SELF)
+    odd = timing.time_in_turn([call("a", 1.0), call("b", 2.0)], timing.IN_TURN + 3, 0,
+                             MPI.COMM_SELF)
     assert order == ["a"] * timing.IN_TURN + ["b"] * timing.IN_TURN + ["a"] * 3 + ["b"] * 3
     assert len(odd) == 2
 

@@ -202,11 +202,9 @@ class Bench:
             seen[1] += 1
 
         iterations, warmup = self.iteration_counts(size, native, ours)
-        timing.time_per_call(native, 0, warmup, self.comm)
         learning = self.learn(ours)
         ran.clear()
-        timing.time_per_call(ours, 0, warmup, self.comm)
-        t_native, t_ours = timing.time_in_turn([native, ours], iterations, self.comm)
+        t_native, t_ours = timing.time_in_turn([native, ours], iterations, warmup, self.comm)
         row = Row(count * self.dtype.itemsize, count, iterations, warmup,
                   timing.across_ranks(t_ours, self.comm), timing.across_ranks(t_native, self.comm),
                   self.comm.Get_size(), self.wire_bytes(count),
@@ -402,8 +400,7 @@ def header_lines(bench: Bench) -> list[str]:
         f"# zipcoll algorithm: {a.algorithm}, codec: {a.codec or 'none'}, ranks: {p}, "
         f"dtype: {bench.dtype.name}, op: {a.op}",
         f"# MPI: {mpi_library()}; mpi4py {sys.modules['mpi4py'].__version__}; native = MPI's Allreduce",
-        f"# Timing: {timing.TIMING_METHOD}; at each size native's warm-up, then zipcoll's, "
-        f"then the two in turn, {timing.IN_TURN} calls each",
+        f"# Timing: {timing.TIMING_METHOD}; {timing.IN_TURN_METHOD}",
         "# Buffers: send, native recv and zipcoll recv allocated and written before timing "
         f"(NumPy huge-page advice {hugepage_advice()}); size = bytes per rank",
     ] + legend_lines(a.full, a.codec is not None, a.validate)

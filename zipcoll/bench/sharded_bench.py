@@ -7,8 +7,8 @@ for one zipcoll algorithm, beside the MPI library's own collective.
 Size, as OSU's: reduce-scatter, the bytes of each rank's input (p equal blocks, as
 MPI_Reduce_scatter_block); all-gather, the bytes each rank sends. At each size the MPI
 library's own (Reduce_scatter_block / Allgather) and zipcoll's are warmed up, then timed
-in turn, ten calls each, on the same buffers; speedup = native / zipcoll. busbw as nccl-tests defines it for these
-collectives: algbw * (p-1)/p, with algbw = S / time and S the whole vector (reduce-scatter:
+in turn, ten calls each, on the same buffers; speedup = native / zipcoll. busbw as
+nccl-tests defines it for these collectives: algbw * (p-1)/p, with algbw = S / time and S the whole vector (reduce-scatter:
 the input; all-gather: the output, p x size).
 """
 from __future__ import annotations
@@ -111,9 +111,7 @@ class Bench:
         count = size // self.dtype.itemsize
         send, native_out, ours_out, native, ours = self.calls(count)
         iterations, warmup = timing.iteration_counts(size, self.args.iterations, self.args.warmup)
-        timing.time_per_call(native, 0, warmup, self.comm)
-        timing.time_per_call(ours, 0, warmup, self.comm)
-        t_native, t_ours = timing.time_in_turn([native, ours], iterations, self.comm)
+        t_native, t_ours = timing.time_in_turn([native, ours], iterations, warmup, self.comm)
         whole = size if self.kind == "reduce-scatter" else size * self.p
         wire = None if self.codec is None else int(self.codec.wire_bytes(count, self.dtype))
         row = Row(size, count, iterations, warmup, timing.across_ranks(t_ours, self.comm),
@@ -186,8 +184,7 @@ def header_lines(bench: Bench) -> list[str]:
         f"dtype: {bench.dtype.name}" + (f", op: {bench.op}" if bench.kind == "reduce-scatter"
                                         else ""),
         f"# MPI: {mpi_library()}; native = MPI's {KINDS[bench.kind]}, same buffers, same run",
-        f"# Timing: {timing.TIMING_METHOD}; at each size native's warm-up, then zipcoll's, "
-        f"then the two in turn, {timing.IN_TURN} calls each",
+        f"# Timing: {timing.TIMING_METHOD}; {timing.IN_TURN_METHOD}",
         "# Size: " + ("bytes of each rank's input (p equal blocks)" if bench.kind ==
                       "reduce-scatter" else "bytes each rank sends")
         + "; algbw = S/time, S the whole vector; busbw = algbw*(p-1)/p (nccl-tests)",

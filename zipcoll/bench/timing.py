@@ -18,6 +18,8 @@ TIMING_METHOD = (
     "OSU's: MPI.Wtime around each call only, a barrier before each iteration outside "
     "the timed region, warm-up excluded; per-rank average, then Avg/Min/Max across ranks")
 IN_TURN = 10  # calls per block where two calls are timed in turn (`time_in_turn`)
+IN_TURN_METHOD = ("at each size native's warm-up, then zipcoll's, then the two in turn, "
+                  f"{IN_TURN} calls each")
 
 # OSU's defaults: 1000 iterations + 100 warm-up up to 8 KiB, 100 + 10 above.
 LARGE_MESSAGE = 8192
@@ -79,12 +81,15 @@ def time_per_call(call: Callable[[], object], iterations: int, warmup: int,
     return total / max(iterations, 1)
 
 
-def time_in_turn(calls: list[Callable[[], object]], iterations: int,
+def time_in_turn(calls: list[Callable[[], object]], iterations: int, warmup: int,
                  comm: MPI.Comm) -> list[float]:
-    """Each call's average seconds on this rank, OSU's way (`time_per_call`, warm-ups
-    already run), the calls timed in turn in blocks of IN_TURN, so a machine whose speed
-    drifts during the run (a shared one's does, within seconds) weighs on each alike and
-    their ratio is the calls', not the moments they were timed at."""
+    """Each call's average seconds on this rank, OSU's way (`time_per_call`): each call's
+    `warmup` calls, one call after the other, then the calls timed in turn in blocks of
+    IN_TURN, so a machine whose speed drifts during the run (a shared one's does, within
+    seconds) weighs on each alike and their ratio is the calls', not the moments they
+    were timed at."""
+    for call in calls:
+        time_per_call(call, 0, warmup, comm)
     totals = [0.0] * len(calls)
     done = 0
     while done < iterations:
